@@ -1,0 +1,79 @@
+"""``cosearch estimate SCENARIO.yaml [--json]``."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from ..estimate import estimate
+from ..model.profile import Profile
+from ..scenario import read_yaml
+from ..errors import CosearchError
+
+
+def load_profile(path: str | None) -> Profile | None:
+    """A :class:`Profile` from a YAML file (as written by ``cosearch calibrate``), or None."""
+    if not path:
+        return None
+    data = read_yaml(path) or {}
+    data = data.get("profile", data)
+    try:
+        return Profile.model_validate(data)
+    except Exception as err:  # pydantic ValidationError
+        first = err.errors()[0] if hasattr(err, "errors") else {"loc": (), "msg": str(err)}
+        raise CosearchError(f"{path}:{'.'.join(map(str, first['loc']))}", first["msg"]) from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="predict step time, memory and cost of one scenario")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--profile", help="efficiency profile YAML (from cosearch calibrate)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = estimate(args.scenario, load_profile(args.profile))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    render(result, Console())
+    return 0
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def render(r: dict, console: Console) -> None:
+    """Readable breakdown tables of an estimate."""
+    sc = r["scenario"]
+    pl, cl = sc["plan"], sc["cluster"]
+    console.print(
+        f"[bold]{cl['gpus']} x {cl['gpu']}[/]  tp={pl['tp']} pp={pl['pp']} dp={r['dp']} cp={pl['cp']} "
+        f"mb={pl['microbatch']} v={pl['interleave']} recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
+    )
+    head = Table(show_header=False, box=None)
+    head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s")
+    head.add_row("throughput", f"{_fmt(r['tokens_per_s'], ',.0f')} tokens/s")
+    head.add_row("model TFLOP/s per GPU", f"{_fmt(r['model_tflops_per_gpu'], '.1f')}  (MFU {_fmt(100 * r['mfu'], '.1f')} %)")
+    fit = "fits" if r["fits"] else "[red]DOES NOT FIT[/]"
+    head.add_row("memory per GPU", f"{_fmt(r['memory_gib'], '.1f')} GiB of {_fmt(r['usable_memory_gib'], '.1f')} usable: {fit}")
+    head.add_row("cost per step", f"${_fmt(r['cost_usd_per_step'], ',.2f')}")
+    if r["time_to_train_days"] is not None:
+        head.add_row("time to train", f"{_fmt(r['time_to_train_days'], ',.1f')} days")
+        head.add_row("cost to train", f"${_fmt(r['cost_to_train_usd'], ',.0f')}")
+    console.print(head)
+    t = Table(title="step time", title_justify="left")
+    t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")
+    total = r["step_time_s"] or 1.0
+    for k, v in r["breakdown_s"].items():
+        t.add_row(k, _fmt(v, ".4g"), f"{100 * (v or 0) / total:.1f} %")
+    console.print(t)
+    mt = Table(title="memory per GPU", title_justify="left")
+    mt.add_column("part"); mt.add_column("GiB", justify="right")
+    for k, v in r["memory_breakdown_gib"].items():
+        mt.add_row(k, _fmt(v, ".2f"))
+    console.print(mt)

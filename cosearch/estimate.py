@@ -1,0 +1,47 @@
+"""``estimate``: one scenario in, the full prediction out (the same numbers as the vectorized path)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .model import BREAKDOWN_KEYS, MEMORY_KEYS, Profile, evaluate
+from .model.feasibility import check_scalar
+from .model.columns import broadcast_columns
+from .model.profile import DEFAULT_PROFILE
+from .scenario import Scenario, load_scenario, scenario_columns
+
+
+def _num(x: Any) -> float | bool | None:
+    v = np.asarray(x).reshape(-1)[0]
+    if v.dtype == bool:
+        return bool(v)
+    v = float(v)
+    return None if math.isnan(v) else v
+
+
+def estimate(scenario: Any, profile: Profile | None = None) -> dict[str, Any]:
+    """Predict step time, throughput, memory and cost of one scenario (path, dict or Scenario).
+
+    Raises :class:`cosearch.errors.CosearchError` with a one-line message for bad input,
+    including plans that break a divisibility rule.
+    """
+    sc: Scenario = load_scenario(scenario)
+    cols = scenario_columns(sc)
+    check_scalar(broadcast_columns(cols))
+    out = evaluate(cols, profile or DEFAULT_PROFILE)
+    result: dict[str, Any] = {
+        key: _num(out[key])
+        for key in (
+            "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu",
+            "memory_gib", "usable_memory_gib", "fits", "cost_usd_per_step", "time_to_train_days",
+            "cost_to_train_usd", "energy_to_train_mwh", "num_microbatches", "params",
+        )
+    }
+    result["gpus"] = sc.cluster.gpus
+    result["dp"] = int(cols["dp"])
+    result["breakdown_s"] = {k: _num(out[f"time_{k}_s"]) for k in BREAKDOWN_KEYS}
+    result["memory_breakdown_gib"] = {k: _num(out[f"mem_{k}_gib"]) for k in MEMORY_KEYS}
+    result["scenario"] = sc.model_dump(mode="json")
+    return result

@@ -1,0 +1,48 @@
+"""The vectorized model's inputs: one numeric column per knob, broadcast to a common shape.
+
+A configuration is a row across these columns. Categorical knobs are integer codes (below) so that
+millions of rows fit in a handful of float arrays.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
+ATTENTION_CODES = {"flash": 0, "standard": 1}
+
+#: Input columns and their defaults (None: required).
+INPUT_COLUMNS: dict[str, float | None] = {
+    # model
+    "layers": None, "hidden": None, "heads": None, "kv_heads": None, "ffn_hidden": None,
+    "gated_mlp": 0.0, "vocab": None, "seq_len": None, "tied_embeddings": 1.0,
+    # training
+    "global_batch": None, "precision": 0.0, "tokens": np.nan, "attention": 0.0,
+    # hardware (resolved from the catalog plus overrides)
+    "peak_tflops": None, "matmul_efficiency": None, "hbm_gib": None, "hbm_tbps": None,
+    "nvlink_gbps": None, "nvlink_domain": None, "gpus_per_node": None, "network_gbps": None,
+    "power_w": None, "price_usd_per_gpu_hour": None,
+    # plan
+    "gpus": None, "tp": 1.0, "pp": 1.0, "dp": None, "cp": 1.0, "microbatch": 1.0,
+    "interleave": 1.0, "recompute": 0.0, "sequence_parallel": 0.0, "zero": 0.0,
+    "zero_group": np.nan,  # NaN: shard over the whole data-parallel group (FSDP FULL_SHARD)
+}
+
+
+def broadcast_columns(cols: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Fill defaults, derive ``dp`` when absent, and broadcast every column to one float64 shape."""
+    missing = [k for k, v in INPUT_COLUMNS.items() if v is None and k not in cols and k != "dp"]
+    if missing:
+        raise KeyError(f"missing model input columns: {', '.join(missing)}")
+    unknown = sorted(set(cols) - set(INPUT_COLUMNS))
+    if unknown:
+        raise KeyError(f"unknown model input columns: {', '.join(unknown)}")
+    full = {k: cols.get(k, v) for k, v in INPUT_COLUMNS.items()}
+    if full["dp"] is None:
+        full["dp"] = np.asarray(full["gpus"], dtype=float) / (
+            np.asarray(full["tp"], dtype=float) * np.asarray(full["pp"], dtype=float) * np.asarray(full["cp"], dtype=float)
+        )
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in full.values()))
+    return {k: np.ascontiguousarray(a) for k, a in zip(full, arrays)}

@@ -1,0 +1,46 @@
+"""Kernel times on one GPU: GEMMs (shape-dependent efficiency), attention and memory-bound kernels.
+
+GEMM time is ``t0 + max(2mnk / (eta * peak), bytes / (hbm_eff * hbm_bw))``: a fixed per-kernel
+cost plus the roofline of the larger of compute and memory traffic. On the measured H100 GEMMs
+(shared/measurements/h100/gemm.csv) this form has a median error of 2.3 % (experiments/fit_gemm.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+BYTES_16BIT = 2.0
+
+
+def gemm_time_s(m, n, k, flops_per_s, hbm_bytes_per_s, overhead_s):
+    """Time of C[m,n] = A[m,k] @ B[k,n] in 16-bit with fp32 accumulation."""
+    flops = 2.0 * m * n * k
+    traffic = BYTES_16BIT * (m * k + k * n + m * n)
+    return overhead_s + np.maximum(flops / flops_per_s, traffic / hbm_bytes_per_s)
+
+
+def flash_attention_time_s(batch, seq_q, seq_kv, hidden_local, flops_per_s, causal=True):
+    """Forward time of fused (flash) attention for ``seq_q`` queries against ``seq_kv`` keys.
+
+    FLOPs are 4*b*s_q*s_kv*h_local; the causal mask skips half of them (Dao 2023). Backward costs
+    2.5x the forward (five matmuls instead of two, recomputing the scores).
+    """
+    flops = 4.0 * batch * seq_q * seq_kv * hidden_local * (0.5 if causal else 1.0)
+    return flops / flops_per_s
+
+
+def standard_attention_time_s(batch, seq_q, seq_kv, hidden_local, heads_local, flops_per_s, hbm_bytes_per_s):
+    """Forward time of unfused attention (pre-2022 Megatron): two batched GEMMs on all s^2 scores,
+    plus about 7 reads/writes of the 16-bit score matrix (scale-mask-softmax, dropout, mask, A.V)."""
+    flops = 4.0 * batch * seq_q * seq_kv * hidden_local
+    score_bytes = 7.0 * BYTES_16BIT * batch * heads_local * seq_q * seq_kv
+    return flops / flops_per_s + score_bytes / hbm_bytes_per_s
+
+
+def elementwise_bytes_per_token(hidden_replicated, ffn_local, gated_mlp):
+    """Forward HBM traffic of one layer's memory-bound kernels per token, bytes.
+
+    Two norms (read + write h each), two bias-dropout-residual adds (read 2h, write h, mask h),
+    and the MLP activation (read f or 2f when gated, write f): (10h + (2 + gated) f) 16-bit values.
+    ``hidden_replicated`` is h, or h/tp under sequence parallelism.
+    """
+    return BYTES_16BIT * (10.0 * hidden_replicated + (2.0 + gated_mlp) * ffn_local)

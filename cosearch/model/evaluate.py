@@ -1,0 +1,241 @@
+"""The vectorized model: arrays of configurations in, arrays of metrics out.
+
+One call evaluates any number of configurations with numpy, with no Python loop per
+configuration. Step time of one optimizer step (Narayanan et al. SC'21 sec. 3):
+
+  slot   = per-micro-batch work of the slowest pipeline stage (forward + backward + recompute +
+           exposed tensor/context-parallel comm + pipeline sends + exposed FSDP gathers)
+  step   = (m + (pp-1)/v) * slot  +  exposed data-parallel gradient reduction  +  optimizer step
+
+and ``breakdown`` splits it exactly into compute, recompute, tp_comm, cp_comm, pp_comm, dp_comm,
+bubble and optimizer.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from . import communication as comm
+from . import compute as kern
+from . import flops as fl
+from . import memory as mem
+from .columns import broadcast_columns
+from .feasibility import valid_mask
+from .pipeline import bubble_slots, num_microbatches
+from .profile import DEFAULT_PROFILE, Profile
+
+SECONDS_PER_DAY = 86400.0
+#: Bytes the Adam update reads and writes per parameter it owns (fp32 weight, m, v read+write,
+#: 16-bit gradient read, 16-bit weight copy write): 2*(4+4+4+2).
+OPTIMIZER_TRAFFIC_BYTES = 28.0
+#: Bytes per logit element held for the loss (16-bit logits, fp32 softmax copy, its gradient).
+LOGIT_BYTES = 8.0
+
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
+MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations")
+
+
+def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
+    """Predict step time, memory, throughput and cost for every configuration in ``columns``.
+
+    ``columns`` maps the names in :data:`cosearch.model.columns.INPUT_COLUMNS` to scalars or arrays
+    (broadcast together). Rows that break a divisibility rule get ``valid = False`` (not an
+    exception); ``feasible = valid & fits``.
+    """
+    c = broadcast_columns(columns)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _evaluate(c, profile)
+
+
+def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
+    L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
+    gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
+    B, fp8, std_attn = c["global_batch"], c["precision"], c["attention"]
+    tp, pp, dp, cp = c["tp"], c["pp"], c["dp"], c["cp"]
+    mb, v, rc, sp, zero = c["microbatch"], c["interleave"], c["recompute"], c["sequence_parallel"], c["zero"]
+    gpus = c["gpus"]
+    zg = np.where(np.isnan(c["zero_group"]), dp, c["zero_group"])
+
+    # --- rates -------------------------------------------------------------------------------
+    peak = c["peak_tflops"] * 1e12
+    gemm_eff = c["matmul_efficiency"] * p.matmul_scale * np.where(fp8 > 0, p.fp8_matmul_relative, 1.0)
+    gemm_Fps = peak * gemm_eff
+    peak16 = np.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
+    gemm16_Fps = peak16 * c["matmul_efficiency"] * p.matmul_scale
+    attn_Fps = gemm16_Fps * p.flash_attention_relative
+    hbm_Bps = c["hbm_tbps"] * 1e12 * p.hbm_efficiency
+    nvl_Bps = c["nvlink_gbps"] * 1e9 * p.nvlink_efficiency
+    net_Bps = c["network_gbps"] * (1e9 / 8.0) * p.network_efficiency
+    dom = c["nvlink_domain"]
+    t0 = p.gemm_overhead_s
+
+    # --- shapes ------------------------------------------------------------------------------
+    m = num_microbatches(B, dp, mb)
+    s_loc = s / cp
+    tok = mb * s_loc                                  # tokens per micro-batch per rank
+    head_dim = h / a
+    kv_loc = head_dim * np.maximum(kvh / tp, 1.0)     # K (or V) width per TP rank; replicated past kvh
+    h_rep = np.where(sp > 0, h / tp, h)               # width of replicated (norm/dropout) tensors
+
+    # --- one layer, one micro-batch: forward kernels ------------------------------------------
+    g_qkv = kern.gemm_time_s(tok, h / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0)
+    g_proj = kern.gemm_time_s(tok, h, h / tp, gemm_Fps, hbm_Bps, t0)
+    g_fc1 = kern.gemm_time_s(tok, f * (1.0 + gated) / tp, h, gemm_Fps, hbm_Bps, t0)
+    g_fc2 = kern.gemm_time_s(tok, h, f / tp, gemm_Fps, hbm_Bps, t0)
+    gemm_f = g_qkv + g_proj + g_fc1 + g_fc2
+    attn_flash = kern.flash_attention_time_s(mb, s_loc, s, h / tp, attn_Fps)
+    attn_std = kern.standard_attention_time_s(mb, s_loc, s, h / tp, a / tp, gemm16_Fps, hbm_Bps)
+    attn_f = np.where(std_attn > 0, attn_std, attn_flash)
+    attn_b = np.where(std_attn > 0, 2.0 * attn_std, 2.5 * attn_flash)
+    elem_f = tok * kern.elementwise_bytes_per_token(h_rep, f / tp, gated) / hbm_Bps
+    layer_f = gemm_f + attn_f + elem_f
+    layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f
+    act_fn_f = tok * kern.BYTES_16BIT * (2.0 + gated) * f / tp / hbm_Bps
+    layer_r = np.where(rc >= 2, layer_f, np.where(rc >= 1, np.where(std_attn > 0, attn_f, act_fn_f), 0.0))
+
+    # logits on the last stage: forward GEMM, two backward GEMMs, and the fp32 cross-entropy passes
+    logit_gemm = kern.gemm_time_s(tok, V / tp, h, gemm16_Fps, hbm_Bps, t0)
+    logit_elem = tok * (V / tp) * 3.0 * 4.0 / hbm_Bps
+    logits_f = logit_gemm + logit_elem
+    logits_b = 2.0 * logit_gemm + logit_elem
+
+    # --- communication inside a micro-batch ---------------------------------------------------
+    n_stage = L / pp
+    tp_bw = comm.group_bandwidth_Bps(tp, 1.0, dom, nvl_Bps, net_Bps)
+    tp_lat = comm.group_latency_s(tp, 1.0, dom, p.nvlink_latency_s, p.network_latency_s)
+    act_bytes = tok * h * kern.BYTES_16BIT
+    # Megatron: 2 all-reduces (or with SP 2 all-gathers + 2 reduce-scatters) per layer in forward,
+    # 2 in backward, 2 more when the forward is recomputed.
+    tp_ar = np.where(tp > 1, comm.all_reduce_s(act_bytes, tp, tp_bw, tp_lat), 0.0)
+    tp_layer_f = 2.0 * tp_ar * (1.0 - p.tp_overlap)
+    tp_layer_b = tp_ar * (2.0 + 2.0 * (rc >= 2)) * (1.0 - p.tp_overlap)
+    # Context parallel (ring attention): K and V blocks circulate over cp-1 steps in forward, and K, V
+    # plus their gradients in backward, overlapped with the attention computation.
+    cp_bw = comm.group_bandwidth_Bps(cp, tp, dom, nvl_Bps, net_Bps)
+    cp_lat = comm.group_latency_s(cp, tp, dom, p.nvlink_latency_s, p.network_latency_s)
+    kv_block = 2.0 * mb * s_loc * kv_loc * kern.BYTES_16BIT
+    cp_f = (cp - 1.0) * (kv_block / cp_bw + cp_lat)
+    cp_exp_f = np.maximum(cp_f - attn_f, 0.0)
+    cp_layer_f = np.where(cp > 1, cp_exp_f, 0.0)
+    cp_layer_b = np.where(cp > 1, cp_exp_f * (rc >= 2) + np.maximum(2.0 * cp_f - attn_b, 0.0), 0.0)
+    # Pipeline sends: forward activations and backward gradients at each of v stage boundaries.
+    pp_bw = comm.group_bandwidth_Bps(2.0, tp * cp * dp, dom, nvl_Bps, net_Bps)
+    pp_lat = comm.group_latency_s(2.0, tp * cp * dp, dom, p.nvlink_latency_s, p.network_latency_s)
+    p2p_bytes = act_bytes / np.where(sp > 0, tp, 1.0)
+    pp_mb = np.where(pp > 1, 2.0 * v * comm.p2p_s(p2p_bytes, pp_bw, pp_lat), 0.0)
+
+    # --- parameters per GPU --------------------------------------------------------------------
+    layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
+    emb_loc = V * h / tp
+    stage_layer_params = n_stage * layer_params_loc
+    params_first = stage_layer_params + emb_loc + np.where(pp > 1, 0.0, (1.0 - tied) * emb_loc)
+    params_last = stage_layer_params + emb_loc
+    params_stage = np.maximum(params_first, params_last)
+
+    # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
+    # gradients in backward, every micro-batch; prefetch hides them behind compute.
+    zg_bw = comm.group_bandwidth_Bps(zg, tp * cp, dom, nvl_Bps, net_Bps)
+    zg_lat = comm.group_latency_s(zg, tp * cp, dom, p.nvlink_latency_s, p.network_latency_s)
+    gather = comm.all_gather_s(params_stage * kern.BYTES_16BIT, zg, zg_bw, zg_lat * n_stage)
+    z3 = (zero >= 3) & (zg > 1)
+    c_f = n_stage * layer_f + logits_f
+    c_b = n_stage * layer_b + logits_b
+    c_r = n_stage * layer_r
+    tp_mb = n_stage * (tp_layer_f + tp_layer_b)
+    cp_mb = n_stage * (cp_layer_f + cp_layer_b)
+    work_f = c_f + n_stage * (tp_layer_f + cp_layer_f)          # forward of one micro-batch
+    work_b = c_b + c_r + n_stage * (tp_layer_b + cp_layer_b)    # its backward (with recompute)
+    first_layer = gather / np.maximum(n_stage, 1.0)              # nothing to hide the first gather
+    fsdp_mb = np.where(
+        z3,
+        first_layer
+        + np.maximum(gather - p.fsdp_overlap * work_f, 0.0)
+        + np.maximum(2.0 * gather - p.fsdp_overlap * work_b, 0.0),
+        0.0,
+    )
+    slot = work_f + work_b + pp_mb + fsdp_mb
+    bubble = bubble_slots(pp, v) * slot
+
+    # --- data-parallel gradient reduction (once per step) ----------------------------------------
+    grad_bytes = params_stage * mem.GRAD_BYTES
+    rep = np.where(z3, dp / zg, dp) * cp  # replicas that must agree on each gradient shard
+    rep_stride = np.where(z3, tp * cp * zg, tp)
+    rep_bw = comm.group_bandwidth_Bps(rep, rep_stride, dom, nvl_Bps, net_Bps)
+    rep_lat = comm.group_latency_s(rep, rep_stride, dom, p.nvlink_latency_s, p.network_latency_s)
+    dp_bytes = np.where(z3, grad_bytes / zg, grad_bytes)
+    dp_total = np.where(rep > 1, comm.all_reduce_s(dp_bytes, rep, rep_bw, rep_lat), 0.0)
+    # hidden behind the last micro-batch's backward, in the time FSDP traffic leaves free
+    free_b = np.maximum(work_b - np.where(z3, 2.0 * gather, 0.0), 0.0)
+    dp_exposed = np.maximum(dp_total - p.dp_overlap * free_b, 0.0)
+
+    owned = params_stage / np.where(zero >= 1, zg, 1.0)
+    optimizer = owned * OPTIMIZER_TRAFFIC_BYTES / hbm_Bps
+
+    step = (m + bubble_slots(pp, v)) * slot + dp_exposed + optimizer
+
+    # --- memory -----------------------------------------------------------------------------------
+    act_layer, act_layer_none = mem.layer_activation_bytes(
+        s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, std_attn
+    )
+    working = np.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
+    logits_buf = tok * (V / tp) * LOGIT_BYTES
+    z3_buffers = np.where(z3, 2.0 * layer_params_loc * kern.BYTES_16BIT, 0.0)
+    act_first = mem.inflight_layers(L, pp, v, m) * act_layer + working + np.where(pp > 1, 0.0, logits_buf)
+    act_last = n_stage * act_layer + working + logits_buf
+    w1, g1, o1 = mem.model_state_bytes(params_first, zero, zg, fp8)
+    w2, g2, o2 = mem.model_state_bytes(params_last, zero, zg, fp8)
+    tot_first = w1 + g1 + o1 + act_first + z3_buffers
+    tot_last = w2 + g2 + o2 + act_last + z3_buffers
+    first_max = tot_first >= tot_last
+    memory_bytes = np.where(first_max, tot_first, tot_last)
+    usable = mem.usable_hbm_bytes(c["hbm_gib"], p.hbm_reserved_gib, p.hbm_fragmentation)
+    fits = memory_bytes <= usable
+
+    # --- throughput, utilization, cost ----------------------------------------------------------
+    tokens_step = B * s
+    model_flops = fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step
+    recompute_fwd_flops = np.where(rc >= 2, model_flops / 3.0 - 2.0 * h * V * tokens_step, 0.0)
+    tokens_per_s = tokens_step / step
+    model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
+    hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12
+    price = c["price_usd_per_gpu_hour"]
+    cost_step = gpus * price * step / 3600.0
+    steps_to_train = c["tokens"] / tokens_step
+    train_s = steps_to_train * step
+    valid = valid_mask(c)
+
+    out = {
+        "valid": valid,
+        "fits": fits,
+        "feasible": valid & fits,
+        "step_time_s": step,
+        "tokens_per_s": tokens_per_s,
+        "model_tflops_per_gpu": model_tflops_per_gpu,
+        "hardware_tflops_per_gpu": hw_tflops_per_gpu,
+        "mfu": model_tflops_per_gpu * 1e12 / peak16,
+        "memory_gib": memory_bytes / mem.GIB,
+        "usable_memory_gib": usable / mem.GIB,
+        "cost_usd_per_step": cost_step,
+        "time_to_train_days": train_s / SECONDS_PER_DAY,
+        "cost_to_train_usd": gpus * price * train_s / 3600.0,
+        "energy_to_train_mwh": gpus * c["power_w"] * train_s / 3.6e9,
+        "gpus": gpus,
+        "dp": dp,
+        "num_microbatches": m,
+        "params": fl.total_params(L, h, a, kvh, f, gated, V, tied),
+        "time_compute_s": m * (c_f + c_b),
+        "time_recompute_s": m * c_r,
+        "time_tp_comm_s": m * tp_mb,
+        "time_cp_comm_s": m * cp_mb,
+        "time_pp_comm_s": m * pp_mb,
+        "time_dp_comm_s": m * fsdp_mb + dp_exposed,
+        "time_bubble_s": bubble,
+        "time_optimizer_s": optimizer,
+        "mem_weights_gib": np.where(first_max, w1, w2) / mem.GIB,
+        "mem_gradients_gib": np.where(first_max, g1, g2) / mem.GIB,
+        "mem_optimizer_gib": np.where(first_max, o1, o2) / mem.GIB,
+        "mem_activations_gib": (np.where(first_max, act_first, act_last) + z3_buffers) / mem.GIB,
+        "dp_comm_total_s": dp_total,
+    }
+    return out

@@ -1,0 +1,84 @@
+"""Divisibility and consistency rules of a parallel plan, evaluated on whole arrays of configurations.
+
+The vectorized path flags a violating row (``valid`` is False); the scalar path (``estimate``)
+raises the first violated rule as a one-line error naming the field. One list serves both.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, NamedTuple
+
+import numpy as np
+
+from ..errors import CosearchError
+
+
+def _divides(a, b):
+    """True where integer ``a`` divides integer ``b`` (both > 0)."""
+    return (a > 0) & (np.mod(b, np.where(a > 0, a, 1.0)) == 0)
+
+
+def _is_int(x):
+    return np.mod(x, 1.0) == 0
+
+
+class Rule(NamedTuple):
+    field: str
+    ok: Callable[[Mapping[str, np.ndarray]], np.ndarray]
+    message: str  # formatted with the scalar columns
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("model", lambda c: (c["layers"] >= 1) & (c["hidden"] >= 1) & (c["heads"] >= 1) & (c["kv_heads"] >= 1)
+         & (c["ffn_hidden"] >= 1) & (c["vocab"] >= 1) & (c["seq_len"] >= 1),
+         "layers, hidden, heads, kv_heads, ffn_hidden, vocab and seq_len must be positive integers"),
+    Rule("model.heads", lambda c: _divides(c["heads"], c["hidden"]),
+         "heads ({heads:.0f}) must divide hidden ({hidden:.0f})"),
+    Rule("model.kv_heads", lambda c: _divides(c["kv_heads"], c["heads"]),
+         "kv_heads ({kv_heads:.0f}) must divide heads ({heads:.0f})"),
+    Rule("training.global_batch", lambda c: (c["global_batch"] >= 1) & _is_int(c["global_batch"]),
+         "global_batch must be a positive integer"),
+    Rule("cluster.gpus", lambda c: (c["gpus"] >= 1) & _is_int(c["gpus"]), "gpus must be a positive integer"),
+    Rule("plan", lambda c: (c["tp"] >= 1) & (c["pp"] >= 1) & (c["cp"] >= 1) & (c["microbatch"] >= 1)
+         & (c["interleave"] >= 1) & _is_int(c["tp"]) & _is_int(c["pp"]) & _is_int(c["cp"])
+         & _is_int(c["microbatch"]) & _is_int(c["interleave"]),
+         "tp, pp, cp, microbatch and interleave must be positive integers"),
+    Rule("plan.dp", lambda c: (c["dp"] >= 1) & _is_int(c["dp"]) & (c["dp"] * c["tp"] * c["pp"] * c["cp"] == c["gpus"]),
+         "gpus ({gpus:.0f}) must equal tp*pp*dp*cp ({tp:.0f}*{pp:.0f}*{dp:g}*{cp:.0f})"),
+    Rule("plan.tp", lambda c: _divides(c["tp"], c["heads"]), "tp ({tp:.0f}) must divide model.heads ({heads:.0f})"),
+    Rule("plan.tp", lambda c: _divides(c["tp"], c["kv_heads"]) | _divides(c["kv_heads"], c["tp"]),
+         "tp ({tp:.0f}) must divide model.kv_heads ({kv_heads:.0f}) or be a multiple of it"),
+    Rule("plan.tp", lambda c: _divides(c["tp"], c["ffn_hidden"]), "tp ({tp:.0f}) must divide model.ffn_hidden ({ffn_hidden:.0f})"),
+    Rule("plan.pp", lambda c: _divides(c["pp"] * c["interleave"], c["layers"]),
+         "pp*interleave ({pp:.0f}*{interleave:.0f}) must divide model.layers ({layers:.0f})"),
+    Rule("plan.cp", lambda c: _divides(c["cp"], c["seq_len"]), "cp ({cp:.0f}) must divide model.seq_len ({seq_len:.0f})"),
+    Rule("plan.cp", lambda c: (c["cp"] == 1) | (c["attention"] == 0),
+         "context parallelism (cp > 1) needs training.attention: flash"),
+    Rule("plan.microbatch", lambda c: _divides(c["dp"] * c["microbatch"], c["global_batch"]),
+         "training.global_batch ({global_batch:.0f}) must be divisible by dp*microbatch ({dp:g}*{microbatch:.0f})"),
+    Rule("plan.interleave", lambda c: (c["interleave"] == 1) | ((c["pp"] > 1) & _divides(
+        c["pp"], c["global_batch"] / np.maximum(c["dp"] * c["microbatch"], 1.0))),
+         "interleave > 1 needs pp > 1 and a micro-batch count divisible by pp"),
+    Rule("plan.zero", lambda c: np.isin(c["zero"], (0.0, 1.0, 2.0, 3.0)), "zero must be 0, 1, 2 or 3"),
+    Rule("plan.zero_group", lambda c: np.isnan(c["zero_group"]) | _divides(c["zero_group"], c["dp"]),
+         "zero_group ({zero_group:g}) must divide dp ({dp:g})"),
+    Rule("training.precision", lambda c: np.isfinite(c["peak_tflops"]) & (c["peak_tflops"] > 0),
+         "the GPU has no peak rate for this precision"),
+)
+
+
+def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """True where a configuration satisfies every rule."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = np.ones(np.shape(cols["gpus"]), dtype=bool)
+        for rule in RULES:
+            ok &= rule.ok(cols)
+    return ok
+
+
+def check_scalar(cols: Mapping[str, np.ndarray]) -> None:
+    """Raise :class:`CosearchError` for the first rule a single configuration violates."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for rule in RULES:
+            if not bool(np.all(rule.ok(cols))):
+                values = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in cols.items()}
+                raise CosearchError(rule.field, rule.message.format(**values))

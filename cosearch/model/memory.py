@@ -1,0 +1,72 @@
+"""Memory per GPU: weights, gradients, optimizer states and activations, in bytes.
+
+Model states follow ZeRO (Rajbhandari et al. 2020): mixed-precision Adam keeps 16-bit weights (2 B)
+and gradients (2 B) plus fp32 master weights, momentum and variance (12 B) per parameter; ZeRO
+stage 1 shards the 12 B, stage 2 also the gradients, stage 3 (FSDP) also the weights, over the
+sharding group.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models", eqs. 1-6), generalized to grouped-query attention, any MLP width and gated MLPs.
+Per layer and micro-batch of b sequences of s tokens (s/cp per rank under context parallelism):
+  replicated part  10*s*b*h      (2 norm inputs, QKV input, MLP input, 2 dropout masks; / tp with SP)
+  split over tp    2*s*b*(h + 2*kv) + 2*s*b*h + (4 or 6)*s*b*f   (Q,K,V; projection input; MLP)
+  scores           5*a*s^2*b     (standard attention only; flash attention keeps no scores)
+Selective recomputation drops the scores and (with flash attention, where there are none) the
+activation-function output, 2*s*b*f. Full recomputation keeps only each layer's input, 2*s*b*h
+(/ tp with SP), plus one layer's full activations while it is recomputed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+GIB = float(2**30)
+WEIGHT_BYTES = 2.0
+GRAD_BYTES = 2.0
+OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam momentum + variance
+
+
+def model_state_bytes(params_local, zero, shard_group, fp8):
+    """(weights, gradients, optimizer) bytes of ``params_local`` parameters under ZeRO stage ``zero``.
+
+    FP8 training (Transformer Engine) keeps an extra 1-byte copy of the weights.
+    """
+    shard = np.maximum(shard_group, 1.0)
+    weights = params_local * (WEIGHT_BYTES + fp8) / np.where(zero >= 3, shard, 1.0)
+    grads = params_local * GRAD_BYTES / np.where(zero >= 2, shard, 1.0)
+    optimizer = params_local * OPTIMIZER_BYTES / np.where(zero >= 1, shard, 1.0)
+    return weights, grads, optimizer
+
+
+def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, ffn, gated, tp, sp, recompute, attention):
+    """Activation bytes one layer keeps for one micro-batch on one GPU, for each recompute mode.
+
+    ``recompute``: 0 none, 1 selective, 2 full; ``attention``: 0 flash, 1 standard; ``sp``: 0/1.
+    """
+    sbh = seq_local * micro * hidden
+    rep_div = np.where(sp > 0, tp, 1.0)
+    replicated = 10.0 * sbh / rep_div
+    mlp = (4.0 + 2.0 * gated) * seq_local * micro * ffn / tp
+    split = (2.0 * seq_local * micro * (hidden + 2.0 * kv_width) + 2.0 * sbh) / tp + mlp
+    scores = attention * 5.0 * heads * seq_local * seq_full * micro / tp
+    none = replicated + split + scores
+    selective_saving = np.where(attention > 0, scores, 2.0 * seq_local * micro * ffn / tp)
+    selective = none - selective_saving
+    full = 2.0 * sbh / rep_div
+    return np.where(recompute >= 2, full, np.where(recompute >= 1, selective, none)), none
+
+
+def inflight_layers(layers, pp, interleave, num_microbatches):
+    """Layer-activations the first pipeline stage holds at its peak.
+
+    1F1B keeps min(m, pp) micro-batches of layers/pp layers: about ``layers`` in all (Narayanan et
+    al. 2021); the interleaved schedule adds (pp-1)/(pp*v) of that (Korthikanti et al. 2022, sec. 4.2).
+    """
+    per_stage = layers / pp
+    inflight = np.minimum(num_microbatches, pp)
+    extra = np.where(interleave > 1, 1.0 + (pp - 1.0) / (pp * interleave), 1.0)
+    return per_stage * inflight * extra
+
+
+def usable_hbm_bytes(hbm_gib, reserved_gib, fragmentation):
+    """HBM left for the model after the CUDA context, NCCL buffers and allocator fragmentation."""
+    return np.maximum(hbm_gib - reserved_gib, 0.0) * (1.0 - fragmentation) * GIB

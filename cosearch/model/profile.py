@@ -1,0 +1,54 @@
+"""Efficiency constants of the performance model, each with the measurement or source behind it.
+
+These are the only tunables of the model. They are global (never per run) and can be refitted to a
+user's own measurements (``cosearch calibrate``), which writes a profile YAML with these fields.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Profile(BaseModel):
+    """Achievable fractions of datasheet rates and fixed latencies."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Per-GEMM fixed time (launch, fill and drain of the tile pipeline), seconds. Fit of
+    #: ``t = t0 + max(F/(eta*peak), bytes/bw)`` to shared/measurements/h100/gemm.csv (experiments/fit_gemm.py).
+    gemm_overhead_s: float = Field(19e-6, ge=0)
+    #: Scale on each GPU's catalog matmul efficiency (1.0 = as measured / catalogued).
+    matmul_scale: float = Field(1.0, gt=0, le=1.5)
+    #: Flash-attention throughput relative to the GPU's large-GEMM throughput. FlashAttention-2
+    #: (Dao 2023, Fig. 5-7) reaches 50-73 % of A100 peak forward and about 60 % backward, i.e. about
+    #: 0.75 of a large GEMM; the causal mask halves the work and is accounted for separately.
+    flash_attention_relative: float = Field(0.75, gt=0, le=1.5)
+    #: Achieved fraction of HBM bandwidth in memory-bound kernels (norms, activations, optimizer).
+    #: A device-to-device copy on the measured H100 moved 3.00 of 3.35 TB/s (gemm.csv README).
+    hbm_efficiency: float = Field(0.9, gt=0, le=1.0)
+    #: NCCL bus bandwidth over NVLink as a fraction of the per-direction link rate (nccl-tests on
+    #: DGX A100: ~230 of 300 GB/s; DGX H100: ~360-370 of 450 GB/s).
+    nvlink_efficiency: float = Field(0.78, gt=0, le=1.0)
+    #: NCCL bus bandwidth over the scale-out network as a fraction of NIC line rate.
+    network_efficiency: float = Field(0.75, gt=0, le=1.0)
+    #: Per-step latency of a collective hop inside the NVLink domain / across the network, seconds.
+    nvlink_latency_s: float = Field(4e-6, ge=0)
+    network_latency_s: float = Field(10e-6, ge=0)
+    #: Fraction of one micro-batch's backward pass that can hide the data-parallel gradient
+    #: reduction (bucketed overlap as in PyTorch DDP / Megatron --overlap-grad-reduce).
+    dp_overlap: float = Field(1.0, ge=0, le=1.0)
+    #: Fraction of compute that hides FSDP/ZeRO-3 parameter gathers and gradient reduce-scatters
+    #: (prefetch of the next layer while the current one computes).
+    fsdp_overlap: float = Field(1.0, ge=0, le=1.0)
+    #: Fraction of tensor-parallel communication hidden behind GEMMs (0: Megatron without
+    #: --tp-comm-overlap; about 0.6-0.8 with Transformer Engine userbuffers on Hopper).
+    tp_overlap: float = Field(0.0, ge=0, le=1.0)
+    #: HBM kept by the CUDA context, NCCL buffers and the allocator, GiB.
+    hbm_reserved_gib: float = Field(2.0, ge=0)
+    #: Fraction of the remaining HBM lost to allocator fragmentation.
+    hbm_fragmentation: float = Field(0.05, ge=0, lt=1)
+    #: FP8 GEMM efficiency relative to the bf16 efficiency (scaling/casting overhead; Transformer
+    #: Engine reports 1.3-1.5x end-to-end speedup for 2x peak).
+    fp8_matmul_relative: float = Field(0.75, gt=0, le=1.0)
+
+
+DEFAULT_PROFILE = Profile()

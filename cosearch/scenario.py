@@ -1,0 +1,193 @@
+"""Scenario files: the typed contract at the edge (YAML / dict in, validated pydantic models out).
+
+A scenario names a model (or a preset), the training job, the cluster (a catalog GPU plus
+overrides) and the parallel plan. :func:`scenario_columns` turns one into the numeric columns the
+vectorized model takes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional, Union
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from . import hardware
+from .errors import CosearchError
+from .model.columns import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES
+from .presets import preset
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(_Strict):
+    """Transformer architecture (decoder-only)."""
+
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: Optional[int] = Field(None, gt=0, description="grouped-query attention; default = heads")
+    ffn_hidden: Optional[int] = Field(None, gt=0, description="default 4 * hidden")
+    gated_mlp: bool = False
+    vocab: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    tied_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _defaults(self) -> "ModelSpec":
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.ffn_hidden is None:
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        return self
+
+
+class TrainingSpec(_Strict):
+    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    tokens: Optional[float] = Field(None, gt=0, description="tokens to train, for time-to-train and cost")
+    attention: Literal["flash", "standard"] = "flash"
+
+
+class ClusterSpec(_Strict):
+    gpu: str
+    gpus: int = Field(gt=0)
+    gpus_per_node: Optional[int] = Field(None, gt=0)
+    nvlink_domain: Optional[int] = Field(None, gt=0)
+    hbm_gib: Optional[float] = Field(None, gt=0)
+    hbm_tbps: Optional[float] = Field(None, gt=0)
+    nvlink_gbps: Optional[float] = Field(None, gt=0)
+    network_gbps: Optional[float] = Field(None, gt=0)
+    power_w: Optional[float] = Field(None, gt=0)
+    price_usd_per_gpu_hour: Optional[float] = Field(None, ge=0)
+
+
+class PlanSpec(_Strict):
+    tp: int = Field(1, gt=0)
+    pp: int = Field(1, gt=0)
+    dp: Optional[int] = Field(None, gt=0, description="default gpus / (tp * pp * cp)")
+    cp: int = Field(1, gt=0)
+    microbatch: int = Field(1, gt=0)
+    interleave: int = Field(1, gt=0)
+    recompute: Literal["none", "selective", "full"] = "none"
+    sequence_parallel: bool = False
+    zero: Literal[0, 1, 2, 3] = 0
+    zero_group: Optional[int] = Field(None, gt=0, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")
+
+
+class Scenario(_Strict):
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    plan: PlanSpec = PlanSpec()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_preset(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and isinstance(data.get("model"), str):
+            data = dict(data)
+            data["model"] = preset(data["model"])
+        return data
+
+
+HARDWARE_OVERRIDES = (
+    "gpus_per_node", "nvlink_domain", "hbm_gib", "hbm_tbps", "nvlink_gbps", "network_gbps", "power_w",
+    "price_usd_per_gpu_hour",
+)
+
+
+def _error_from_validation(err: ValidationError) -> CosearchError:
+    first = err.errors()[0]
+    loc = ".".join(str(x) for x in first["loc"] if not isinstance(x, int) or True)
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        section = ".".join(str(x) for x in first["loc"][:-1])
+        allowed = _allowed_keys(first["loc"][:-1])
+        return CosearchError(loc, f"unknown key; allowed in {section or 'the scenario'}: {', '.join(allowed)}")
+    if kind == "missing":
+        return CosearchError(loc, "required field is missing")
+    msg = first["msg"].rstrip(".")
+    return CosearchError(loc, f"{msg} (got {first.get('input')!r})")
+
+
+def _allowed_keys(section: tuple) -> list[str]:
+    model: type[BaseModel] = Scenario
+    for part in section:
+        ann = model.model_fields[str(part)].annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else model
+    return list(model.model_fields)
+
+
+def parse_scenario(data: Any) -> Scenario:
+    """Validate a dict (or an existing Scenario) into a :class:`Scenario`; one-line error otherwise."""
+    if isinstance(data, Scenario):
+        return data
+    if not isinstance(data, Mapping):
+        raise CosearchError("scenario", f"expected a mapping with model, training, cluster, plan; got {type(data).__name__}")
+    try:
+        sc = Scenario.model_validate(data)
+    except ValidationError as err:
+        raise _error_from_validation(err) from None
+    hardware.gpu(sc.cluster.gpu)  # unknown id -> error naming cluster.gpu
+    return sc
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file, turning I/O and syntax problems into one-line errors."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise CosearchError(str(path), f"cannot read file ({err.strerror or err})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise CosearchError(str(path), f"malformed YAML{where}: {problem}") from None
+
+
+def load_scenario(source: Any) -> Scenario:
+    """A Scenario from a path, a YAML string path, a dict or a Scenario."""
+    if isinstance(source, (str, Path)):
+        return parse_scenario(read_yaml(source))
+    return parse_scenario(source)
+
+
+def hardware_values(cluster: ClusterSpec, precision: str) -> dict[str, float]:
+    """Catalog values of ``cluster.gpu`` with the cluster's overrides applied."""
+    entry = hardware.gpu(cluster.gpu)
+    values = {k: float(entry[k]) for k in HARDWARE_OVERRIDES}
+    for key in HARDWARE_OVERRIDES:
+        override = getattr(cluster, key)
+        if override is not None:
+            values[key] = float(override)
+    node_scoped_nvlink = entry["nvlink_domain"] <= entry["gpus_per_node"]
+    if cluster.gpus_per_node is not None and cluster.nvlink_domain is None and node_scoped_nvlink:
+        values["nvlink_domain"] = float(cluster.gpus_per_node)  # NVLink ends at the node boundary
+    values["peak_tflops"] = hardware.peak_tflops(cluster.gpu, precision)
+    values["matmul_efficiency"] = float(entry["matmul_efficiency"])
+    return values
+
+
+def scenario_columns(sc: Scenario) -> dict[str, float]:
+    """The numeric input columns of the vectorized model for one scenario."""
+    m, t, cl, pl = sc.model, sc.training, sc.cluster, sc.plan
+    cols: dict[str, float] = {
+        "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads,
+        "ffn_hidden": m.ffn_hidden, "gated_mlp": float(m.gated_mlp), "vocab": m.vocab, "seq_len": m.seq_len,
+        "tied_embeddings": float(m.tied_embeddings),
+        "global_batch": t.global_batch, "precision": PRECISION_CODES[t.precision],
+        "tokens": t.tokens if t.tokens is not None else np.nan, "attention": ATTENTION_CODES[t.attention],
+        "gpus": cl.gpus, "tp": pl.tp, "pp": pl.pp,
+        "dp": pl.dp if pl.dp is not None else cl.gpus / (pl.tp * pl.pp * pl.cp),
+        "cp": pl.cp, "microbatch": pl.microbatch, "interleave": pl.interleave,
+        "recompute": RECOMPUTE_CODES[pl.recompute], "sequence_parallel": float(pl.sequence_parallel),
+        "zero": float(pl.zero), "zero_group": pl.zero_group if pl.zero_group is not None else np.nan,
+    }
+    cols.update(hardware_values(cl, t.precision))
+    return {k: float(v) for k, v in cols.items()}

@@ -1,0 +1,87 @@
+"""Throughput of the vectorized model: configurations evaluated per second on one core.
+
+Draws 1,000,000 random configurations of a realistic space (7 model presets x 8 GPU types x
+cluster sizes x every plan knob), evaluates them in one process pinned to one core, prints a table
+and, as its last line, a JSON object with ``configs_per_s``. Saves experiments/results/bench_model.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from cosearch import evaluate  # noqa: E402
+from cosearch.hardware import catalog  # noqa: E402
+from cosearch.presets import preset  # noqa: E402
+from cosearch.scenario import HARDWARE_OVERRIDES  # noqa: E402
+
+N = int(os.environ.get("BENCH_N", 1_000_000))
+MODELS = ["gpt3-175b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mpt-30b", "megatron-1t"]
+GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "gb200", "mi300x", "l40s"]
+
+
+def random_space(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    mi = rng.integers(len(MODELS), size=n)
+    gi = rng.integers(len(GPUS), size=n)
+    cols: dict[str, np.ndarray] = {}
+    arch = [preset(m) for m in MODELS]
+    for key in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "gated_mlp", "vocab", "seq_len", "tied_embeddings"):
+        cols[key] = np.array([float(a[key]) for a in arch])[mi]
+    cat = catalog()
+    for key in HARDWARE_OVERRIDES + ("matmul_efficiency",):
+        cols[key] = np.array([float(cat[g][key]) for g in GPUS])[gi]
+    cols["peak_tflops"] = np.array([float(cat[g]["peak_tflops"]["bf16"]) for g in GPUS])[gi]
+    tp = rng.choice([1, 2, 4, 8], n).astype(float)
+    pp = rng.choice([1, 2, 4, 8, 16], n).astype(float)
+    cp = rng.choice([1, 2], n).astype(float)
+    dp = rng.choice([1, 2, 4, 8, 16, 32, 64, 128], n).astype(float)
+    cols.update(
+        tp=tp, pp=pp, cp=cp, dp=dp, gpus=tp * pp * cp * dp,
+        global_batch=rng.choice([512, 1024, 2048], n).astype(float),
+        microbatch=rng.choice([1, 2, 4, 8], n).astype(float),
+        interleave=rng.choice([1, 2], n).astype(float),
+        recompute=rng.integers(3, size=n).astype(float),
+        sequence_parallel=rng.integers(2, size=n).astype(float),
+        zero=rng.integers(4, size=n).astype(float),
+        tokens=np.full(n, 1e12),
+    )
+    return cols
+
+
+def main() -> None:
+    try:
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    except (AttributeError, OSError):
+        pass
+    t0 = time.perf_counter()
+    cols = random_space(N)
+    t_gen = time.perf_counter() - t0
+    evaluate({k: v[:1000] for k, v in cols.items()})  # warm-up
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        out = evaluate(cols)
+        runs.append(time.perf_counter() - t0)
+    best = min(runs)
+    result = {
+        "configs": N, "seconds": best, "configs_per_s": N / best, "generate_s": t_gen,
+        "valid_share": float(out["valid"].mean()), "feasible_share": float(out["feasible"].mean()),
+        "cores": 1, "numpy": np.__version__,
+    }
+    print(f"{'configs':>12} {'eval s':>8} {'configs/s':>14} {'valid':>7} {'feasible':>9}")
+    print(f"{N:>12,} {best:>8.3f} {N / best:>14,.0f} {result['valid_share']:>7.1%} {result['feasible_share']:>9.1%}")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "bench_model.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

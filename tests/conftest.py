@@ -1,0 +1,29 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+A100 = dict(peak_tflops=312.0, matmul_efficiency=0.8, hbm_gib=80.0, hbm_tbps=2.039, nvlink_gbps=300.0,
+            nvlink_domain=8.0, gpus_per_node=8.0, network_gbps=200.0, power_w=400.0, price_usd_per_gpu_hour=2.0)
+GPT3 = dict(layers=96, hidden=12288, heads=96, kv_heads=96, ffn_hidden=49152, vocab=51200, seq_len=2048)
+
+
+@pytest.fixture
+def gpt3_columns():
+    """GPT-3 175B on 1024 A100-80GB, Megatron-style 8x16 plan (plain numbers, no catalog)."""
+    return dict(**A100, **GPT3, global_batch=1536, gpus=1024, tp=8, pp=16, microbatch=1, recompute=2,
+                sequence_parallel=1, tokens=3e11)
+
+
+@pytest.fixture
+def gpt3_scenario():
+    return {
+        "model": "gpt3-175b",
+        "training": {"global_batch": 1536, "precision": "bf16", "tokens": 3.0e11},
+        "cluster": {"gpu": "a100-80gb", "gpus": 1024},
+        "plan": {"tp": 8, "pp": 16, "microbatch": 1, "interleave": 1, "recompute": "full",
+                 "sequence_parallel": True, "zero": 1},
+    }

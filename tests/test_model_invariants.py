@@ -1,0 +1,97 @@
+"""Invariants of the vectorized model that any correct physics must satisfy."""
+import numpy as np
+import pytest
+
+from cosearch.model import BREAKDOWN_KEYS, evaluate
+from cosearch.model.profile import Profile
+
+
+def _random_plans(base, n, seed):
+    rng = np.random.default_rng(seed)
+    cols = dict(base)
+    cols.update(
+        tp=rng.choice([1, 2, 4, 8], n).astype(float), pp=rng.choice([1, 2, 4, 8], n).astype(float),
+        microbatch=rng.choice([1, 2, 4], n).astype(float), recompute=rng.integers(3, size=n).astype(float),
+        sequence_parallel=rng.integers(2, size=n).astype(float), zero=rng.integers(4, size=n).astype(float),
+        interleave=rng.choice([1, 2], n).astype(float), cp=rng.choice([1, 2], n).astype(float),
+    )
+    cols["gpus"] = cols["tp"] * cols["pp"] * cols["cp"] * rng.choice([2, 4, 8, 16], n)
+    cols.pop("dp", None)
+    return cols
+
+
+def test_breakdown_sums_to_step_time(gpt3_columns):
+    out = evaluate(_random_plans(gpt3_columns, 2000, 0))
+    total = sum(out[f"time_{k}_s"] for k in BREAKDOWN_KEYS)
+    ok = out["valid"]
+    assert ok.sum() > 100
+    np.testing.assert_allclose(total[ok], out["step_time_s"][ok], rtol=1e-9)
+    mem_total = out["mem_weights_gib"] + out["mem_gradients_gib"] + out["mem_optimizer_gib"] + out["mem_activations_gib"]
+    np.testing.assert_allclose(mem_total[ok], out["memory_gib"][ok], rtol=1e-9)
+
+
+def test_vectorized_equals_row_by_row(gpt3_columns):
+    cols = _random_plans(gpt3_columns, 200, 1)
+    batch = evaluate(cols)
+    for i in range(0, 200, 7):
+        row = {k: (v[i] if np.ndim(v) else v) for k, v in cols.items()}
+        one = evaluate(row)
+        for key in ("step_time_s", "memory_gib", "cost_to_train_usd", "mfu", "valid", "fits"):
+            np.testing.assert_allclose(np.asarray(one[key], float), np.asarray(batch[key][i], float), rtol=1e-12)
+
+
+def test_memory_never_drops_when_microbatch_grows(gpt3_columns):
+    cols = _random_plans(gpt3_columns, 3000, 2)
+    small = evaluate(cols)
+    cols2 = dict(cols, microbatch=cols["microbatch"] * 2)
+    big = evaluate(cols2)
+    assert np.all(big["mem_activations_gib"] >= small["mem_activations_gib"] - 1e-12)
+
+
+@pytest.mark.parametrize("knob", ["nvlink_gbps", "network_gbps", "hbm_tbps", "peak_tflops"])
+def test_more_bandwidth_or_compute_is_never_slower(gpt3_columns, knob):
+    cols = _random_plans(gpt3_columns, 3000, 3)
+    slow = evaluate(cols)["step_time_s"]
+    fast = evaluate(dict(cols, **{knob: cols[knob] * 2}))["step_time_s"]
+    finite = np.isfinite(slow)
+    assert np.all(fast[finite] <= slow[finite] * (1 + 1e-12))
+    assert np.any(fast[finite] < slow[finite] * 0.999)
+
+
+def test_recompute_costs_time_and_saves_memory(gpt3_columns):
+    out = evaluate(dict(gpt3_columns, recompute=np.array([0.0, 1.0, 2.0]), attention=1.0))
+    assert out["mem_activations_gib"][0] > out["mem_activations_gib"][1] > out["mem_activations_gib"][2]
+    assert out["step_time_s"][0] < out["step_time_s"][1] < out["step_time_s"][2]
+    assert out["time_recompute_s"][0] == 0
+
+
+def test_pipeline_bubble_follows_schedule_formula(gpt3_columns):
+    # bubble / ideal = (p - 1) / (v * m)  (Narayanan et al. SC'21, sec. 2.2)
+    out = evaluate(dict(gpt3_columns, interleave=np.array([1.0, 2.0, 3.0])))
+    m, p = out["num_microbatches"][0], 16
+    slot_time = (out["step_time_s"] - out["time_bubble_s"] - out["time_dp_comm_s"] - out["time_optimizer_s"]) / m
+    np.testing.assert_allclose(out["time_bubble_s"], (p - 1) / np.array([1, 2, 3]) * slot_time, rtol=1e-9)
+
+
+def test_invalid_plans_are_flagged_not_raised(gpt3_columns):
+    cols = dict(gpt3_columns)
+    cols.update(tp=np.array([8.0, 7.0, 8.0, 8.0]), pp=np.array([16.0, 16.0, 5.0, 16.0]),
+                gpus=np.array([1024.0, 7 * 16 * 8, 8 * 5 * 16, 1000.0]))
+    out = evaluate(cols)
+    assert out["valid"].tolist() == [True, False, False, False]
+
+
+def test_profile_efficiency_scales_compute(gpt3_columns):
+    base = evaluate(gpt3_columns)
+    slower = evaluate(gpt3_columns, Profile(matmul_scale=0.5))
+    assert slower["time_compute_s"][()] > 1.7 * base["time_compute_s"][()]
+
+
+def test_fsdp_shards_model_states(gpt3_columns):
+    cols = dict(gpt3_columns, tp=1.0, pp=1.0, gpus=384.0, microbatch=4.0, zero=np.array([0.0, 1.0, 2.0, 3.0]))
+    out = evaluate(cols)
+    states = out["mem_weights_gib"] + out["mem_gradients_gib"] + out["mem_optimizer_gib"]
+    assert np.all(np.diff(states) < 0)
+    # ZeRO-3 over 384 GPUs: 16 bytes/parameter / 384
+    assert states[3] * 2**30 == pytest.approx(16 * out["params"][3] / 384, rel=0.01)
+    assert out["time_dp_comm_s"][3] > 0

@@ -1,0 +1,91 @@
+"""Hand-computed and published numbers for the model's physics, independent of the catalog."""
+import numpy as np
+import pytest
+
+from cosearch.model import communication as comm
+from cosearch.model import flops as fl
+from cosearch.model import memory as mem
+
+
+def test_gpt3_parameter_count_matches_paper():
+    # 12*l*h^2 + V*h for GPT-3 175B: Narayanan et al. report 174.6B.
+    n = fl.total_params(96, 12288, 96, 96, 49152, 0, 51200, 1)
+    assert n == 12 * 96 * 12288**2 + 51200 * 12288
+    assert n / 1e9 == pytest.approx(174.6, abs=0.05)
+
+
+def test_model_flops_equals_6n_plus_attention():
+    # PaLM (Chowdhery et al. 2022, App. B): 6N + 12*l*h*s per token with tied embeddings.
+    l, h, s, V = 96, 12288, 2048, 51200
+    n = fl.total_params(l, h, 96, 96, 4 * h, 0, V, 1)
+    assert fl.model_flops_per_token(l, h, 96, 96, 4 * h, 0, V, s) == pytest.approx(6 * n + 12 * l * h * s, rel=1e-12)
+
+
+def test_recompute_flops_match_megatron_eq3():
+    # Eq. 3 of Narayanan et al. counts one extra forward of every layer (not of the logits).
+    l, h, s, V, B = 96, 12288, 2048, 51200, 1536
+    per_token = fl.model_flops_per_token(l, h, 96, 96, 4 * h, 0, V, s)
+    layer_fwd = l * (fl.layer_matmul_flops_per_token(h, 96, 96, 4 * h, 0) + fl.attention_flops_per_token(h, s))
+    assert (per_token + layer_fwd) * B * s == pytest.approx(fl.megatron_flops_per_iteration(B, s, l, h, V), rel=1e-12)
+
+
+def test_gqa_and_gated_mlp_parameters_llama2_70b():
+    # Llama 2 70B: 80 layers, h 8192, 64 heads, 8 KV heads, SwiGLU 28672, vocab 32000 untied -> 68.98B
+    # (+ norms) reported as 70B; hand count: 80*(8192*(8192+2*1024) + 8192^2 + 3*8192*28672) + 2*32000*8192.
+    n = fl.total_params(80, 8192, 64, 8, 28672, 1, 32000, 0)
+    assert n == 80 * (8192 * (8192 + 2 * 1024) + 8192**2 + 3 * 8192 * 28672) + 2 * 32000 * 8192
+    assert n / 1e9 == pytest.approx(68.98, abs=0.01)
+
+
+def test_adam_bytes_per_parameter_and_zero_paper_figure1():
+    # Rajbhandari et al. 2020, Fig. 1: 7.5B parameters, 64-way data parallel, K = 12.
+    psi, nd = 7.5e9, 64
+    base = sum(mem.model_state_bytes(psi, 0, nd, 0))
+    assert base / psi == 16
+    assert base / 1e9 == pytest.approx(120)
+    assert sum(mem.model_state_bytes(psi, 1, nd, 0)) / 1e9 == pytest.approx(31.4, abs=0.05)
+    assert sum(mem.model_state_bytes(psi, 2, nd, 0)) / 1e9 == pytest.approx(16.6, abs=0.05)
+    assert sum(mem.model_state_bytes(psi, 3, nd, 0)) / 1e9 == pytest.approx(1.9, abs=0.05)
+
+
+def test_ring_all_reduce_time_hand_computed():
+    # 1 GB over 8 ranks at 100 GB/s: 2 * 7/8 * 1e9 / 1e11 = 17.5 ms, plus 6 latency steps (2*log2 8).
+    assert comm.all_reduce_s(1e9, 8, 100e9, 0.0) == pytest.approx(17.5e-3)
+    assert comm.all_reduce_s(1e9, 8, 100e9, 1e-5) == pytest.approx(17.5e-3 + 6e-5)
+    assert comm.all_reduce_s(1e9, 1, 100e9, 1e-5) == 0.0
+    assert comm.all_gather_s(1e9, 4, 100e9, 0.0) == pytest.approx(7.5e-3)
+
+
+def test_link_selection_nvlink_inside_node_network_across():
+    nvl, net = 300e9, 25e9
+    assert comm.group_bandwidth_Bps(8, 1, 8, nvl, net) == nvl            # TP=8 inside a DGX
+    assert comm.group_bandwidth_Bps(16, 1, 8, nvl, net) == 8 * net       # TP=16 spans two nodes, 8 NICs each
+    assert comm.group_bandwidth_Bps(64, 8, 8, nvl, net) == net           # DP with TP=8: one rank per node
+    assert comm.group_bandwidth_Bps(64, 2, 8, nvl, net) == 4 * net       # DP with TP=2: 4 ranks per node
+
+
+def test_activation_memory_matches_korthikanti_table2():
+    # Korthikanti et al. 2022, eq. 1-2: sbh(34 + 5as/h) per layer; with TP t and SP: sbh(34/t + 5as/(ht)).
+    s, b, h, a = 2048, 1, 12288, 96
+    for t, sp in ((1, 0), (8, 0), (8, 1)):
+        got, none = mem.layer_activation_bytes(s, s, b, h, a, h, 4 * h, 0, t, sp, 0, 1)
+        if sp or t == 1:
+            want = s * b * h * (34 / t + 5 * a * s / (h * t))
+        else:
+            want = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+        assert got == pytest.approx(want) and none == got
+    full, _ = mem.layer_activation_bytes(s, s, b, h, a, h, 4 * h, 0, 8, 1, 2, 1)
+    assert full == pytest.approx(2 * s * b * h / 8)
+
+
+@pytest.mark.parametrize("attention", [0, 1])
+def test_recompute_modes_order_activation_memory(attention):
+    kw = dict(seq_local=4096, seq_full=4096, micro=2, hidden=8192, heads=64, kv_width=1024, ffn=28672, gated=1, tp=4, sp=1)
+    by_mode = [mem.layer_activation_bytes(**kw, recompute=r, attention=attention)[0] for r in (0, 1, 2)]
+    assert by_mode[2] < by_mode[1] < by_mode[0]
+
+
+def test_inflight_layers_1f1b_and_interleaved():
+    assert mem.inflight_layers(96, 16, 1, 64) == pytest.approx(96)        # p micro-batches of l/p layers
+    assert mem.inflight_layers(96, 16, 1, 4) == pytest.approx(24)         # fewer micro-batches than stages
+    assert mem.inflight_layers(96, 8, 2, 64) == pytest.approx(96 * (1 + 7 / 16))
