@@ -8,12 +8,12 @@ Gbit/s per GPU per direction (bits, as NICs are sold), ``power_w`` W,
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import yaml
 
 from .errors import CosearchError
+from .data import data_text
 
 #: Fraction of the datasheet dense peak that large bf16 GEMMs reach, per GPU id.
 #: h100-sxm: least-squares fit of ``t = t0 + max(F/(eta*peak), bytes/bw)`` to the 230 measured
@@ -35,7 +35,7 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, dict[str, Any]]:
     """The GPU catalog as ``{id: entry}``; each entry also gets ``matmul_efficiency``."""
-    text = resources.files("cosearch").joinpath("data/gpus.yaml").read_text()
+    text = data_text("gpus.yaml")
     gpus = yaml.safe_load(text)["gpus"]
     for gid, entry in gpus.items():
         entry.setdefault("gpus_per_node", 8)
@@ -60,8 +60,6 @@ def peak_tflops(gpu_id: str, precision: str) -> float:
     """Dense peak TFLOP/s of ``gpu_id`` at ``precision``; error if the GPU lacks it."""
     entry = gpu(gpu_id)
     value = entry["peak_tflops"].get(precision)
-    if value is None and precision == "bf16":
-        value = None
     if value is None:
         have = [p for p in PRECISIONS if entry["peak_tflops"].get(p)]
         raise CosearchError(

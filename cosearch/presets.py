@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import yaml
 
 from .errors import CosearchError
+from .data import data_text
 
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "gated_mlp", "vocab", "seq_len", "tied_embeddings")
 
 
 @lru_cache(maxsize=1)
 def presets() -> dict[str, dict[str, Any]]:
-    text = resources.files("cosearch").joinpath("data/models.yaml").read_text()
+    text = data_text("models.yaml")
     return yaml.safe_load(text)["models"]
 
 

@@ -76,6 +76,7 @@ class PlanSpec(_Strict):
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 0
     zero_group: Optional[int] = Field(None, gt=0, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")
+    overlap_grad_reduce: bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
 
 
 class Scenario(_Strict):
@@ -188,6 +189,7 @@ def scenario_columns(sc: Scenario) -> dict[str, float]:
         "cp": pl.cp, "microbatch": pl.microbatch, "interleave": pl.interleave,
         "recompute": RECOMPUTE_CODES[pl.recompute], "sequence_parallel": float(pl.sequence_parallel),
         "zero": float(pl.zero), "zero_group": pl.zero_group if pl.zero_group is not None else np.nan,
+        "overlap_grad_reduce": float(pl.overlap_grad_reduce),
     }
     cols.update(hardware_values(cl, t.precision))
     return {k: float(v) for k, v in cols.items()}

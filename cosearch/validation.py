@@ -12,13 +12,17 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from .errors import CosearchError
 from .model import evaluate
+from .model.columns import broadcast_columns
+from .model.feasibility import check_scalar
 from .model.flops import megatron_flops_per_iteration
 from .model.profile import DEFAULT_PROFILE, Profile
 from .scenario import parse_scenario, scenario_columns
@@ -27,18 +31,24 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "published_runs_public.csv"
 
-#: gpu_type text -> catalog id, and the scale-out network per GPU (Gbit/s) the source states.
-def _gpu_id(text: str) -> tuple[str, float | None]:
+def _gpu_id(text: str) -> tuple[str, dict[str, float]]:
+    """Catalog id and the cluster overrides a run's ``gpu_type`` text states (network, DGX-2 size)."""
     t = text.lower()
-    net = 200.0 if "1600 gbps" in t else None
+    over: dict[str, float] = {}
+    if "1600 gbps" in t:
+        over["network_gbps"] = 200.0  # 1600 Gb/s per 8-GPU node
+    if "dgx-2" in t:
+        over.update(gpus_per_node=16, nvlink_domain=16)  # DGX-2: 16 V100 on NVSwitch
     if "v100" in t:
-        return "v100-32gb", None
+        return "v100-32gb", over
     if "h100" in t:
-        return "h100-sxm", net
+        return "h100-sxm", over
     if "a100" in t and "80gb" in t:
-        return "a100-80gb", (200.0 if "selene" in t or "dgx a100" in t else net)
+        if "selene" in t or "dgx a100" in t:
+            over["network_gbps"] = 200.0  # DGX A100: 8x 200 Gb/s HDR per node
+        return "a100-80gb", over
     if "a100" in t:
-        return "a100-40gb", net
+        return "a100-40gb", over
     raise ValueError(f"unknown gpu_type {text!r}")
 
 
@@ -77,7 +87,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     needed = (row.n_layers, row.hidden_size, row.n_heads, row.vocab_size, row.seq_len, row.global_batch_size)
     if any(_num(x) is None for x in needed):
         return None
-    gpu, net = _gpu_id(str(row.gpu_type))
+    gpu, overrides = _gpu_id(str(row.gpu_type))
     era_megatron = row.source_id in {"S1", "S4", "S5"}
     sharding = str(row.dp_sharding).lower()
     zero = 3 if ("zero-3" in sharding or "full_shard" in sharding or "fsdp" in sharding) else 0
@@ -88,9 +98,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
         "ffn_hidden": int(_num(row.ffn_hidden_size) or 4 * row.hidden_size),
         "vocab": int(row.vocab_size), "seq_len": int(row.seq_len),
     }
-    cluster: dict[str, Any] = {"gpu": gpu, "gpus": int(row.num_gpus)}
-    if net:
-        cluster["network_gbps"] = net
+    cluster: dict[str, Any] = {"gpu": gpu, "gpus": int(row.num_gpus), **overrides}
     tp, pp = int(_num(row.tp) or 1), int(_num(row.pp) or 1)
     mbs = [int(row.micro_batch_size)] if _num(row.micro_batch_size) else [1, 2, 4, 8]
     vpps = [int(row.vpp)] if _num(row.vpp) else ([1, 2, 3, 4, 6, 8] if pp > 1 else [1])
@@ -103,57 +111,79 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
             "cluster": cluster,
             "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
                      "recompute": _recompute(row.recompute, row.source_id),
-                     "sequence_parallel": bool(_num(row.sequence_parallel) or False), "zero": zero},
+                     "sequence_parallel": bool(_num(row.sequence_parallel) or False), "zero": zero,
+                     # Megatron-LM before 2022 all-reduced gradients after the backward pass
+                     "overlap_grad_reduce": not (era_megatron and zero == 0)},
         })
     return out
 
 
-def predict_row(row: pd.Series, profile: Profile = DEFAULT_PROFILE) -> tuple[float, dict[str, Any]] | None:
-    """Predicted step time of a published run and the scenario it was predicted for."""
-    cands = row_scenarios(row)
-    if not cands:
-        return None
-    cols_list = []
-    keep = []
-    for cand in cands:
-        try:
+@dataclass
+class Candidates:
+    """Every candidate scenario of every usable row, stacked as model columns."""
+
+    rows: pd.DataFrame          # one line per usable published run, with ``measured_step_s``
+    columns: dict[str, np.ndarray]
+    row_of: np.ndarray          # candidate -> position in ``rows``
+    scenarios: list[dict[str, Any]]
+
+
+def build_candidates(df: pd.DataFrame) -> Candidates:
+    """Turn published runs into stacked candidate columns (rows without enough fields are skipped)."""
+    keep_rows, cols_list, row_of, scenarios = [], [], [], []
+    for _, row in df.iterrows():
+        measured = measured_step_time_s(row)
+        cands = row_scenarios(row) if measured else None
+        if not cands:
+            continue
+        pos = len(keep_rows)
+        added = False
+        for cand in cands:
             sc = parse_scenario(cand)
             cols = scenario_columns(sc)
-        except Exception:  # candidate breaks a rule (e.g. interleave not dividing layers)
-            continue
-        cols_list.append(cols)
-        keep.append(cand)
-    if not cols_list:
-        return None
-    batch = {k: np.array([c[k] for c in cols_list]) for k in cols_list[0]}
-    out = evaluate(batch, profile)
-    t = np.where(out["valid"], out["step_time_s"], np.inf)
-    fit_t = np.where(out["fits"], t, np.inf)
-    choice = int(np.argmin(fit_t)) if np.isfinite(fit_t).any() else int(np.argmin(t))
-    if not np.isfinite(t[choice]):
-        return None
-    return float(t[choice]), keep[choice]
+            try:
+                check_scalar(broadcast_columns(cols))
+            except CosearchError:
+                continue  # e.g. interleave that does not divide the layers
+            cols_list.append(cols)
+            row_of.append(pos)
+            scenarios.append(cand)
+            added = True
+        if added:
+            keep_rows.append(dict(row.to_dict(), measured_step_s=measured))
+    columns = {k: np.array([c[k] for c in cols_list]) for k in cols_list[0]}
+    return Candidates(pd.DataFrame(keep_rows), columns, np.array(row_of), scenarios)
+
+
+def predict(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted step time per row (the fastest candidate that fits, else the fastest) and the
+    index of the chosen candidate."""
+    out = evaluate(cands.columns, profile)
+    t = out["step_time_s"]
+    key = np.where(out["fits"], t, t + 1e9)  # prefer fitting candidates
+    order = np.lexsort((key, cands.row_of))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = cands.row_of[order][1:] != cands.row_of[order][:-1]
+    chosen = order[first]
+    return t[chosen], chosen
 
 
 def load_published_runs(path: str | Path = DEFAULT_PATH) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def iter_validation(df: pd.DataFrame, profile: Profile = DEFAULT_PROFILE) -> Iterator[dict[str, Any]]:
-    """Rows with a measured and a predicted step time."""
-    for _, row in df.iterrows():
-        measured = measured_step_time_s(row)
-        if measured is None:
-            continue
-        pred = predict_row(row, profile)
-        if pred is None:
-            continue
-        t, sc = pred
-        yield {
+def validation_table(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> pd.DataFrame:
+    """Measured vs predicted step time per row, with the plan the prediction used."""
+    pred, chosen = predict(cands, profile)
+    recs = []
+    for i, (row, ci) in enumerate(zip(cands.rows.itertuples(index=False), chosen)):
+        sc = cands.scenarios[ci]
+        recs.append({
             "row_id": int(row.row_id), "source_id": row.source_id, "model": row.model, "gpu": sc["cluster"]["gpu"],
             "gpus": int(row.num_gpus), "tp": sc["plan"]["tp"], "pp": sc["plan"]["pp"],
             "microbatch": sc["plan"]["microbatch"], "interleave": sc["plan"]["interleave"],
             "recompute": sc["plan"]["recompute"], "zero": sc["plan"]["zero"], "seq_len": int(row.seq_len),
-            "measured_step_s": measured, "predicted_step_s": t, "error": t / measured - 1.0,
-            "scenario": sc,
-        }
+            "measured_step_s": row.measured_step_s, "predicted_step_s": float(pred[i]),
+            "error": float(pred[i]) / row.measured_step_s - 1.0,
+        })
+    return pd.DataFrame(recs)

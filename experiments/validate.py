@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE  # noqa: E402
-from cosearch.validation import iter_validation, load_published_runs  # noqa: E402
+from cosearch.validation import build_candidates, load_published_runs, validation_table  # noqa: E402
 
 DEFAULT_CSV = HERE.parent.parent / "shared" / "validation" / "published_runs_public.csv"
 
@@ -41,8 +41,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "validation.csv"))
     args = ap.parse_args()
     profile = load_profile(args.profile) or DEFAULT_PROFILE
-    rows = list(iter_validation(load_published_runs(args.csv), profile))
-    df = pd.DataFrame(rows).drop(columns=["scenario"])
+    df = validation_table(build_candidates(load_published_runs(args.csv)), profile)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False)
     pd.set_option("display.width", 200)

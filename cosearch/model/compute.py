@@ -44,3 +44,9 @@ def elementwise_bytes_per_token(hidden_replicated, ffn_local, gated_mlp):
     ``hidden_replicated`` is h, or h/tp under sequence parallelism.
     """
     return BYTES_16BIT * (10.0 * hidden_replicated + (2.0 + gated_mlp) * ffn_local)
+
+
+def fp8_cast_bytes_per_token(hidden, hidden_local, ffn_local):
+    """HBM traffic of casting the inputs of a layer's four GEMMs to fp8 (read 2 B, write 1 B each),
+    as Transformer Engine does in forward (the backward casts are counted by the 2x backward)."""
+    return 3.0 * (2.0 * hidden + hidden_local + ffn_local)

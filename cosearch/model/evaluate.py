@@ -88,7 +88,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     attn_std = kern.standard_attention_time_s(mb, s_loc, s, h / tp, a / tp, gemm16_Fps, hbm_Bps)
     attn_f = np.where(std_attn > 0, attn_std, attn_flash)
     attn_b = np.where(std_attn > 0, 2.0 * attn_std, 2.5 * attn_flash)
-    elem_f = tok * kern.elementwise_bytes_per_token(h_rep, f / tp, gated) / hbm_Bps
+    elem_f = tok * (
+        kern.elementwise_bytes_per_token(h_rep, f / tp, gated)
+        + fp8 * kern.fp8_cast_bytes_per_token(h, h / tp, f / tp)
+    ) / hbm_Bps
     layer_f = gemm_f + attn_f + elem_f
     layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f
     act_fn_f = tok * kern.BYTES_16BIT * (2.0 + gated) * f / tp / hbm_Bps
@@ -167,7 +170,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     dp_total = np.where(rep > 1, comm.all_reduce_s(dp_bytes, rep, rep_bw, rep_lat), 0.0)
     # hidden behind the last micro-batch's backward, in the time FSDP traffic leaves free
     free_b = np.maximum(work_b - np.where(z3, 2.0 * gather, 0.0), 0.0)
-    dp_exposed = np.maximum(dp_total - p.dp_overlap * free_b, 0.0)
+    dp_exposed = np.maximum(dp_total - p.dp_overlap * c["overlap_grad_reduce"] * free_b, 0.0)
 
     owned = params_stage / np.where(zero >= 1, zg, 1.0)
     optimizer = owned * OPTIMIZER_TRAFFIC_BYTES / hbm_Bps
