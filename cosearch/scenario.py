@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import hardware
 from .errors import CosearchError
-from .model.columns import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES
-from .presets import preset
+from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
+from .presets import ARCH_FIELDS, preset
 
 
 class _Strict(BaseModel):
@@ -176,20 +176,21 @@ def hardware_values(cluster: ClusterSpec, precision: str) -> dict[str, float]:
 
 
 def scenario_columns(sc: Scenario) -> dict[str, float]:
-    """The numeric input columns of the vectorized model for one scenario."""
-    m, t, cl, pl = sc.model, sc.training, sc.cluster, sc.plan
-    cols: dict[str, float] = {
-        "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads,
-        "ffn_hidden": m.ffn_hidden, "gated_mlp": float(m.gated_mlp), "vocab": m.vocab, "seq_len": m.seq_len,
-        "tied_embeddings": float(m.tied_embeddings),
-        "global_batch": t.global_batch, "precision": PRECISION_CODES[t.precision],
-        "tokens": t.tokens if t.tokens is not None else np.nan, "attention": ATTENTION_CODES[t.attention],
-        "gpus": cl.gpus, "tp": pl.tp, "pp": pl.pp,
-        "dp": pl.dp if pl.dp is not None else cl.gpus / (pl.tp * pl.pp * pl.cp),
-        "cp": pl.cp, "microbatch": pl.microbatch, "interleave": pl.interleave,
-        "recompute": RECOMPUTE_CODES[pl.recompute], "sequence_parallel": float(pl.sequence_parallel),
-        "zero": float(pl.zero), "zero_group": pl.zero_group if pl.zero_group is not None else np.nan,
-        "overlap_grad_reduce": float(pl.overlap_grad_reduce),
-    }
-    cols.update(hardware_values(cl, t.precision))
+    """The numeric input columns of the vectorized model for one scenario.
+
+    Every training/plan field whose name is a model column is passed through (words via
+    ``CATEGORICAL_CODES``, booleans as 0/1), so a new knob needs no change here.
+    """
+    m, cl, pl = sc.model, sc.cluster, sc.plan
+    cols: dict[str, float] = {k: getattr(m, k) for k in ARCH_FIELDS}
+    for section in (sc.training, pl):
+        for key, value in section.model_dump().items():
+            if key not in INPUT_COLUMNS or value is None:
+                continue
+            cols[key] = CATEGORICAL_CODES[key][value] if key in CATEGORICAL_CODES else value
+    cols["tokens"] = sc.training.tokens if sc.training.tokens is not None else np.nan
+    cols["gpus"] = cl.gpus
+    cols["dp"] = pl.dp if pl.dp is not None else cl.gpus / (pl.tp * pl.pp * pl.cp)
+    cols["zero_group"] = pl.zero_group if pl.zero_group is not None else np.nan
+    cols.update(hardware_values(cl, sc.training.precision))
     return {k: float(v) for k, v in cols.items()}

@@ -13,6 +13,12 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 ATTENTION_CODES = {"flash": 0, "standard": 1}
 
+#: Scenario fields given as words, and their numeric codes (column name -> {word: code}).
+#: A new categorical knob registers its codes here; scenario and search space pick it up.
+CATEGORICAL_CODES: dict[str, dict[str, int]] = {
+    "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
+}
+
 #: Input columns and their defaults (None: required).
 INPUT_COLUMNS: dict[str, float | None] = {
     # model

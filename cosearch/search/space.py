@@ -22,7 +22,7 @@ import numpy as np
 from .. import hardware
 from ..errors import CosearchError
 from ..model import evaluate as model_evaluate
-from ..model.columns import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES
+from ..model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
 from ..model.profile import DEFAULT_PROFILE, Profile
 from ..presets import ARCH_FIELDS, preset, presets
 from ..scenario import HARDWARE_OVERRIDES, parse_scenario, read_yaml
@@ -39,7 +39,7 @@ CONSTRAINT_METRICS = {
     "max_step_time_s": "step_time_s", "max_energy_mwh": "energy_to_train_mwh", "max_cost_usd_per_step": "cost_usd_per_step",
 }
 SECTIONS = ("model", "training", "cluster", "plan")
-_CODES = {"plan.recompute": RECOMPUTE_CODES, "training.precision": PRECISION_CODES, "training.attention": ATTENTION_CODES}
+_SIZE_KEYS = ("gpus", "dp")  # derived below from gpus / nodes / dp
 
 
 def direction(metric: str) -> str:
@@ -159,14 +159,17 @@ class SearchSpace:
         if get.has("cluster.gpus_per_node") and not get.has("cluster.nvlink_domain"):
             node_scoped = np.array([cat[g]["nvlink_domain"] <= cat[g]["gpus_per_node"] for g in gpu_names])[gidx]
             cols["nvlink_domain"] = np.where(node_scoped, cols["gpus_per_node"], cols["nvlink_domain"])
-        # plan and derived sizes
+        # plan knobs and any other scenario field that names a model column (generic, so a new
+        # knob added to the scenario and INPUT_COLUMNS is searchable without touching this file)
+        for section in ("training", "plan", "cluster"):
+            for key in INPUT_COLUMNS:
+                path = f"{section}.{key}"
+                if key in cols and key not in ("tp", "pp", "cp", "microbatch", "interleave") or key in _SIZE_KEYS:
+                    continue
+                if get.has(path):
+                    cols[key] = get.coded(path, None) if key in CATEGORICAL_CODES else get.number(path)
         for key in ("tp", "pp", "cp", "microbatch", "interleave"):
             cols[key] = get.number(f"plan.{key}", 1.0)
-        cols["recompute"] = get.coded("plan.recompute", "none")
-        cols["sequence_parallel"] = get.number("plan.sequence_parallel", 0.0)
-        cols["zero"] = get.number("plan.zero", 0.0)
-        cols["zero_group"] = get.number("plan.zero_group", np.nan)
-        cols["overlap_grad_reduce"] = get.number("plan.overlap_grad_reduce", 1.0)
         mp = cols["tp"] * cols["pp"] * cols["cp"]
         if get.has("cluster.nodes"):
             cols["gpus"] = get.number("cluster.nodes") * cols["gpus_per_node"]
@@ -281,9 +284,9 @@ class _Resolver:
             arr = np.array([float(x) for x in arr.tolist()])
         return arr.astype(float)
 
-    def coded(self, path: str, default: str) -> np.ndarray | float:
+    def coded(self, path: str, default: str | None) -> np.ndarray | float:
         v = self.raw(path, default)
-        codes = _CODES[path]
+        codes = CATEGORICAL_CODES[path.rsplit(".", 1)[-1]]
         arr = np.atleast_1d(np.asarray(v, dtype=object))
         out = np.array([float(codes[x]) for x in arr.tolist()])
         return out if np.ndim(v) else out[0]
