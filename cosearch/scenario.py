@@ -85,14 +85,6 @@ class Scenario(_Strict):
     cluster: ClusterSpec
     plan: PlanSpec = PlanSpec()
 
-    @model_validator(mode="before")
-    @classmethod
-    def _expand_preset(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and isinstance(data.get("model"), str):
-            data = dict(data)
-            data["model"] = preset(data["model"])
-        return data
-
 
 HARDWARE_OVERRIDES = (
     "gpus_per_node", "nvlink_domain", "hbm_gib", "hbm_tbps", "nvlink_gbps", "network_gbps", "power_w",
@@ -128,6 +120,8 @@ def parse_scenario(data: Any) -> Scenario:
         return data
     if not isinstance(data, Mapping):
         raise CosearchError("scenario", f"expected a mapping with model, training, cluster, plan; got {type(data).__name__}")
+    if isinstance(data.get("model"), str):
+        data = {**data, "model": preset(data["model"])}  # unknown name -> error naming `model`
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as err:

@@ -13,12 +13,14 @@ from ..errors import CosearchError
 
 
 def _divides(a, b):
-    """True where integer ``a`` divides integer ``b`` (both > 0)."""
-    return (a > 0) & (np.mod(b, np.where(a > 0, a, 1.0)) == 0)
+    """True where integer ``a`` divides integer ``b`` (both > 0). For integer-valued floats below
+    2**53 the quotient is exact when ``a`` divides ``b``, so floor(q) == q tests it (faster than fmod)."""
+    q = b / a
+    return (a > 0) & (q == np.floor(q))
 
 
 def _is_int(x):
-    return np.mod(x, 1.0) == 0
+    return x == np.floor(x)
 
 
 class Rule(NamedTuple):
