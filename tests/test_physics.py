@@ -89,3 +89,8 @@ def test_inflight_layers_1f1b_and_interleaved():
     assert mem.inflight_layers(96, 16, 1, 64) == pytest.approx(96)        # p micro-batches of l/p layers
     assert mem.inflight_layers(96, 16, 1, 4) == pytest.approx(24)         # fewer micro-batches than stages
     assert mem.inflight_layers(96, 8, 2, 64) == pytest.approx(96 * (1 + 7 / 16))
+
+
+def test_uneven_pipeline_split_charges_the_fullest_stage():
+    # Llama 3 405B: 126 layers on 16 stages -> the fullest stage has ceil(126/16) = 8 layers.
+    assert mem.inflight_layers(126, 16, 1, 64) == pytest.approx(8 * 16)

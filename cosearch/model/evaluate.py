@@ -104,7 +104,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     logits_b = 2.0 * logit_gemm + logit_elem
 
     # --- communication inside a micro-batch ---------------------------------------------------
-    n_stage = L / pp
+    n_stage = np.ceil(L / (pp * v)) * v  # layers on the fullest stage (uneven splits allowed)
     tp_bw = comm.group_bandwidth_Bps(tp, 1.0, dom, nvl_Bps, net_Bps)
     tp_lat = comm.group_latency_s(tp, 1.0, dom, p.nvlink_latency_s, p.network_latency_s)
     act_bytes = tok * h * kern.BYTES_16BIT

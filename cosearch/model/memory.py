@@ -61,7 +61,7 @@ def inflight_layers(layers, pp, interleave, num_microbatches):
     1F1B keeps min(m, pp) micro-batches of layers/pp layers: about ``layers`` in all (Narayanan et
     al. 2021); the interleaved schedule adds (pp-1)/(pp*v) of that (Korthikanti et al. 2022, sec. 4.2).
     """
-    per_stage = layers / pp
+    per_stage = np.ceil(layers / (pp * interleave)) * interleave  # the fullest stage
     inflight = np.minimum(num_microbatches, pp)
     extra = np.where(interleave > 1, 1.0 + (pp - 1.0) / (pp * interleave), 1.0)
     return per_stage * inflight * extra
