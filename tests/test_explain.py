@@ -1,0 +1,129 @@
+"""explain(): breakdowns, the limiter on constructed plans, and suggestions the model confirms."""
+import copy
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosearch import estimate, load_scenario
+from cosearch.explain import changed_scenario, explain, rank_changes
+
+BASE = {
+    "model": "gpt3-175b",
+    "training": {"global_batch": 1536, "precision": "bf16", "tokens": 3.0e11},
+    "cluster": {"gpu": "a100-80gb", "gpus": 1024},
+    "plan": {"tp": 8, "pp": 16, "microbatch": 1, "interleave": 1, "recompute": "full", "sequence_parallel": True, "zero": 1},
+}
+
+
+def _with(**sections):
+    sc = copy.deepcopy(BASE)
+    for section, values in sections.items():
+        sc[section].update(values)
+    return sc
+
+
+def _assert_suggestion_improves(x, sc):
+    s = x["suggestion"]
+    assert s is not None
+    base = estimate(sc)
+    again = estimate(s["scenario"])  # the changed scenario, through the public scalar path
+    assert again["fits"] and again["step_time_s"] == pytest.approx(s["step_time_s"])
+    assert again["step_time_s"] < base["step_time_s"]
+    assert s["gain"] == pytest.approx(1 - again["step_time_s"] / base["step_time_s"])
+    return s
+
+
+def test_breakdowns_add_up_and_match_estimate():
+    x = explain(BASE)
+    r = estimate(BASE)
+    assert x["time"]["total_s"] == pytest.approx(r["step_time_s"])
+    assert sum(p["seconds"] for p in x["time"]["parts"]) == pytest.approx(r["step_time_s"])
+    assert sum(p["share"] for p in x["time"]["parts"]) == pytest.approx(1.0)
+    assert sum(p["gib"] for p in x["memory"]["parts"]) == pytest.approx(r["memory_gib"])
+    assert x["memory"]["usable_gib"] == pytest.approx(r["usable_memory_gib"])
+    assert sum(x["limits"]["shares"].values()) == pytest.approx(1.0)
+    json.dumps(x)  # JSON-able
+
+
+def test_healthy_plan_is_compute_bound():
+    x = explain(BASE)
+    assert x["limits"]["limiter"] == "compute"
+
+
+def test_deep_pipeline_with_few_microbatches_is_bubble_bound():
+    sc = _with(training={"global_batch": 64})  # dp=8, 8 micro-batches for 16 stages
+    x = explain(sc)
+    assert x["limits"]["limiter"] == "bubble"
+    assert x["limits"]["shares"]["bubble"] > 0.5
+    s = _assert_suggestion_improves(x, sc)
+    assert estimate(s["scenario"])["breakdown_s"]["bubble"] < estimate(sc)["breakdown_s"]["bubble"]
+
+
+def test_tiny_network_is_communication_bound_and_more_bandwidth_helps():
+    sc = _with(cluster={"network_gbps": 2})
+    x = explain(sc)
+    assert x["limits"]["limiter"] == "communication"
+    assert x["limits"]["largest_overhead"]["link"] == "network"
+    s = _assert_suggestion_improves(x, sc)
+    assert s["kind"] == "hardware" and "cluster.network_gbps" in s["updates"]
+    # the best change on the same hardware is a plan change, and it helps too
+    bp = x["best_plan_change"]
+    assert bp["kind"] == "plan" and estimate(bp["scenario"])["step_time_s"] < estimate(sc)["step_time_s"]
+
+
+def test_plan_that_does_not_fit_is_memory_bound_and_suggestion_fits():
+    sc = _with(plan={"recompute": "none", "microbatch": 4, "sequence_parallel": False})
+    assert not estimate(sc)["fits"]
+    x = explain(sc)
+    assert x["limits"]["limiter"] == "memory" and x["limits"]["memory_bound"]
+    s = x["suggestion"]
+    assert s is not None and estimate(s["scenario"])["fits"]
+
+
+def test_every_ranked_change_matches_the_scalar_model():
+    """The vectorized screening and estimate() on the changed scenario agree for every neighbour."""
+    sc = load_scenario("examples/gpt3-175b.yaml")
+    ranked = rank_changes(sc)
+    assert len(ranked) > 10
+    for e in ranked:
+        r = estimate(changed_scenario(sc, e["updates"]))
+        assert r["fits"]
+        assert r["step_time_s"] == pytest.approx(e["step_time_s"], rel=1e-9), e["label"]
+    steps = [e["step_time_s"] for e in ranked]
+    assert steps == sorted(steps)
+
+
+def test_gpu_count_is_kept_by_mesh_moves():
+    sc = load_scenario(BASE)
+    for e in rank_changes(sc):
+        if e["kind"] == "plan":
+            changed = load_scenario(changed_scenario(sc, e["updates"]))
+            assert changed.cluster.gpus == 1024
+
+
+def test_cli_explain_human_and_json(tmp_path, capsys, monkeypatch):
+    import yaml
+
+    from cosearch.cli import main
+
+    monkeypatch.setenv("COLUMNS", "120")
+    path = tmp_path / "bubble.yaml"
+    path.write_text(yaml.safe_dump(_with(training={"global_batch": 64})))
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "where the step time goes" in out and "where the memory goes" in out
+    assert "limited by: bubble" in out and "best change:" in out
+    assert main(["explain", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["limits"]["limiter"] == "bubble" and data["suggestion"]["scenario"]["plan"]
+
+
+def test_cli_explain_bad_input_is_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: gpt3-175b\ntraining: {global_batch: 8}\ncluster: {gpu: nope, gpus: 8}\n")
+    out = subprocess.run([sys.executable, "-m", "cosearch", "explain", str(path)], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.startswith("error:") and len(out.stderr.strip().splitlines()) == 1
