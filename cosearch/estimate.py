@@ -37,6 +37,8 @@ def estimate(scenario: Any, profile: Profile | None = None) -> dict[str, Any]:
             "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu",
             "memory_gib", "usable_memory_gib", "fits", "cost_usd_per_step", "time_to_train_days",
             "cost_to_train_usd", "energy_to_train_mwh", "num_microbatches", "params",
+            "time_to_accuracy_days", "cost_to_accuracy_usd", "steps_to_target", "tokens_to_target",
+            "statistical_efficiency", "expansion_used_gib", "expansion_fits", "idle_share",
         )
     }
     result["gpus"] = sc.cluster.gpus

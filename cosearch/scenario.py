@@ -50,6 +50,10 @@ class TrainingSpec(_Strict):
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     tokens: Optional[float] = Field(None, gt=0, description="tokens to train, for time-to-train and cost")
     attention: Literal["flash", "standard"] = "flash"
+    target_tokens: Optional[float] = Field(
+        None, gt=0, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
+    critical_batch_tokens: Optional[float] = Field(
+        None, gt=0, description="gradient noise scale B_noise in tokens (McCandlish et al. 2018); default infinite")
 
 
 class ClusterSpec(_Strict):
@@ -63,6 +67,11 @@ class ClusterSpec(_Strict):
     network_gbps: Optional[float] = Field(None, gt=0)
     power_w: Optional[float] = Field(None, gt=0)
     price_usd_per_gpu_hour: Optional[float] = Field(None, ge=0)
+    expansion_gib: float = Field(0.0, ge=0, description="memory expansion tier (host DRAM / CXL) per GPU, GiB; per node if pooled")
+    expansion_gbps: float = Field(0.0, ge=0, description="expansion tier bandwidth per GPU, GB/s (reads and writes together)")
+    expansion_pooled: bool = Field(False, description="expansion_gib is one pool shared by the node's GPUs")
+    oversubscription: float = Field(1.0, ge=1.0, description="leaf-to-spine oversubscription; 1 = full bisection")
+    leaf_gpus: Optional[int] = Field(None, gt=0, description="GPUs under one leaf switch; default one NVLink domain")
 
 
 class PlanSpec(_Strict):
@@ -77,6 +86,10 @@ class PlanSpec(_Strict):
     zero: Literal[0, 1, 2, 3] = 0
     zero_group: Optional[int] = Field(None, gt=0, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")
     overlap_grad_reduce: bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
+    offload: Literal["none", "optimizer", "optimizer+weights", "activations", "optimizer+activations", "all"] = Field(
+        "none", description="what lives in the cluster's memory expansion tier")
+    tp_collective: Literal["nccl", "ring", "tree", "hierarchical", "direct", "auto"] = "nccl"
+    dp_collective: Literal["nccl", "ring", "tree", "hierarchical", "direct", "auto"] = "nccl"
 
 
 class Scenario(_Strict):
@@ -172,12 +185,13 @@ def hardware_values(cluster: ClusterSpec, precision: str) -> dict[str, float]:
 def scenario_columns(sc: Scenario) -> dict[str, float]:
     """The numeric input columns of the vectorized model for one scenario.
 
-    Every training/plan field whose name is a model column is passed through (words via
-    ``CATEGORICAL_CODES``, booleans as 0/1), so a new knob needs no change here.
+    Every training/plan/cluster field whose name is a model column is passed through (words via
+    ``CATEGORICAL_CODES``, booleans as 0/1), so a new knob needs no change here; catalog values
+    with the cluster's overrides are applied last.
     """
     m, cl, pl = sc.model, sc.cluster, sc.plan
     cols: dict[str, float] = {k: getattr(m, k) for k in ARCH_FIELDS}
-    for section in (sc.training, pl):
+    for section in (sc.training, pl, cl):
         for key, value in section.model_dump().items():
             if key not in INPUT_COLUMNS or value is None:
                 continue

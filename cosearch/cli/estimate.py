@@ -65,6 +65,13 @@ def render(r: dict, console: Console) -> None:
     if r["time_to_train_days"] is not None:
         head.add_row("time to train", f"{_fmt(r['time_to_train_days'], ',.1f')} days")
         head.add_row("cost to train", f"${_fmt(r['cost_to_train_usd'], ',.0f')}")
+    if r.get("expansion_used_gib"):
+        ok = "fits" if r["expansion_fits"] else "[red]DOES NOT FIT[/]"
+        head.add_row("expansion tier per GPU", f"{_fmt(r['expansion_used_gib'], '.1f')} GiB offloaded: {ok}")
+    if r.get("time_to_accuracy_days") is not None:
+        head.add_row("time to accuracy", f"{_fmt(r['time_to_accuracy_days'], ',.1f')} days "
+                     f"({_fmt(r['steps_to_target'], ',.0f')} steps, statistical efficiency {_fmt(r['statistical_efficiency'], '.2f')})")
+        head.add_row("cost to accuracy", f"${_fmt(r['cost_to_accuracy_usd'], ',.0f')}")
     console.print(head)
     t = Table(title="step time", title_justify="left")
     t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")

@@ -9,6 +9,9 @@ from typing import Mapping
 
 import numpy as np
 
+from .collectives import COLLECTIVE_CODES
+from .expansion import OFFLOAD_CODES
+
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 ATTENTION_CODES = {"flash": 0, "standard": 1}
@@ -17,6 +20,7 @@ ATTENTION_CODES = {"flash": 0, "standard": 1}
 #: A new categorical knob registers its codes here; scenario and search space pick it up.
 CATEGORICAL_CODES: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
+    "offload": OFFLOAD_CODES, "tp_collective": COLLECTIVE_CODES, "dp_collective": COLLECTIVE_CODES,
 }
 
 #: Input columns and their defaults (None: required).
@@ -26,15 +30,26 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "gated_mlp": 0.0, "vocab": None, "seq_len": None, "tied_embeddings": 1.0,
     # training
     "global_batch": None, "precision": 0.0, "tokens": np.nan, "attention": 0.0,
+    "target_tokens": np.nan,          # E_min: tokens to the target loss at a tiny batch (time-to-accuracy)
+    "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
     # hardware (resolved from the catalog plus overrides)
     "peak_tflops": None, "matmul_efficiency": None, "hbm_gib": None, "hbm_tbps": None,
     "nvlink_gbps": None, "nvlink_domain": None, "gpus_per_node": None, "network_gbps": None,
     "power_w": None, "price_usd_per_gpu_hour": None,
+    # cluster co-design knobs (defaults: no expansion tier, full-bisection network)
+    "expansion_gib": 0.0,       # expansion tier capacity per GPU (per node when expansion_pooled), GiB
+    "expansion_gbps": 0.0,      # expansion tier bandwidth per GPU, GB/s
+    "expansion_pooled": 0.0,    # 1: expansion_gib is one pool per node
+    "oversubscription": 1.0,    # leaf-to-spine oversubscription (1 = full bisection)
+    "leaf_gpus": np.nan,        # GPUs under one leaf switch; NaN = one NVLink domain per leaf
     # plan
     "gpus": None, "tp": 1.0, "pp": 1.0, "dp": None, "cp": 1.0, "microbatch": 1.0,
     "interleave": 1.0, "recompute": 0.0, "sequence_parallel": 0.0, "zero": 0.0,
     "zero_group": np.nan,  # NaN: shard over the whole data-parallel group (FSDP FULL_SHARD)
     "overlap_grad_reduce": 1.0,  # 0: gradients reduced after the backward pass (Megatron-LM before 2022)
+    "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations
+    "tp_collective": 0.0,        # collective algorithm codes (collectives.COLLECTIVE_CODES), 0 = nccl
+    "dp_collective": 0.0,
 }
 
 

@@ -7,6 +7,15 @@ to trees / NVLS at scale) or 2(N-1) steps for a ring, whichever is fewer.
 Link selection follows Megatron's rank order (tp fastest, then cp, dp, pp): a group whose span of
 consecutive ranks fits inside one NVLink domain uses NVLink; otherwise the ring crosses the network,
 where ``g`` members of the group share each node and NCCL spreads the ring over their g NICs.
+
+Oversubscription: a leaf switch with ``L`` GPUs below it has ``L / s`` GPU-links of uplink to the
+spine (``s`` = oversubscription, 1 = full bisection). A group whose span crosses a leaf sends part of
+its traffic up. A ring (or tree, or the inter-domain rings of a 2-D algorithm), ordered by rank,
+leaves each leaf once per parallel ring: the g rings of the group's members in that leaf need
+``min(g, l) * r`` of uplink, ``l`` = the group's members under the leaf, so the per-NIC rate is
+``net * min(1, l / (min(g, l) * s))``; with one NVLink domain per leaf (the default) that is
+``net / s``. An all-to-all (direct) exchange sends the share ``1 - l/N`` of every rank's bytes up:
+``net * min(1, 1 / (s * (1 - l/N)))``.
 """
 from __future__ import annotations
 
@@ -50,3 +59,22 @@ reduce_scatter_s = all_gather_s
 def p2p_s(message_bytes, bw_Bps, latency_s):
     """Point-to-point send of ``message_bytes`` (pipeline stage boundary)."""
     return message_bytes / bw_Bps + latency_s
+
+
+def spine_share(size, stride, nvlink_domain, leaf_gpus, oversubscription, all_to_all=False):
+    """Fraction of a NIC's rate a group keeps when its traffic crosses an oversubscribed spine.
+
+    ``leaf_gpus`` NaN means one NVLink domain per leaf (every byte between domains crosses the spine).
+    Returns exactly 1.0 for a full-bisection fabric (``oversubscription == 1``).
+    """
+    leaf = np.where(np.isnan(leaf_gpus), nvlink_domain, leaf_gpus)
+    n_ranks = np.maximum(size, 1.0)
+    crosses = n_ranks * stride > leaf
+    in_leaf = np.clip(leaf / stride, 1.0, n_ranks)          # the group's members under one leaf
+    if all_to_all:
+        outside = np.maximum(1.0 - in_leaf / n_ranks, 1e-300)
+        share = np.minimum(1.0, 1.0 / (oversubscription * outside))
+    else:
+        per_domain = np.clip(nvlink_domain / stride, 1.0, n_ranks)
+        share = np.minimum(1.0, in_leaf / (np.minimum(per_domain, in_leaf) * oversubscription))
+    return np.where(crosses, share, 1.0)

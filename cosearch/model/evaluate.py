@@ -8,7 +8,10 @@ configuration. Step time of one optimizer step (Narayanan et al. SC'21 sec. 3):
   step   = (m + (pp-1)/v) * slot  +  exposed data-parallel gradient reduction  +  optimizer step
 
 and ``breakdown`` splits it exactly into compute, recompute, tp_comm, cp_comm, pp_comm, dp_comm,
-bubble and optimizer.
+bubble, optimizer and offload. Co-design knobs: collective algorithms per group and spine
+oversubscription (:mod:`.collectives`), a memory expansion tier with offloading (:mod:`.expansion`:
+exposed transfers join the slot, the tier's optimizer step replaces the GPU's), and time-to-accuracy
+from the statistical efficiency of the batch (:mod:`.statistical`).
 """
 from __future__ import annotations
 
@@ -16,14 +19,17 @@ from typing import Mapping
 
 import numpy as np
 
+from . import collectives as coll
 from . import communication as comm
 from . import compute as kern
+from . import expansion as xp
 from . import flops as fl
 from . import memory as mem
 from .columns import broadcast_columns
 from .feasibility import valid_mask
 from .pipeline import bubble_slots, num_microbatches
 from .profile import DEFAULT_PROFILE, Profile
+from .statistical import statistical_efficiency, steps_to_target, tokens_to_target
 
 SECONDS_PER_DAY = 86400.0
 #: Bytes the Adam update reads and writes per parameter it owns (fp32 weight, m, v read+write,
@@ -32,7 +38,7 @@ OPTIMIZER_TRAFFIC_BYTES = 28.0
 #: Bytes per logit element held for the loss (16-bit logits, fp32 softmax copy, its gradient).
 LOGIT_BYTES = 8.0
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "offload")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations")
 
 
@@ -68,6 +74,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     nvl_Bps = c["nvlink_gbps"] * 1e9 * p.nvlink_efficiency
     net_Bps = c["network_gbps"] * (1e9 / 8.0) * p.network_efficiency
     dom = c["nvlink_domain"]
+    fabric = coll.Fabric(nvl_Bps, net_Bps, p.nvlink_latency_s, p.network_latency_s, dom,
+                         c["oversubscription"], c["leaf_gpus"])
     t0 = p.gemm_overhead_s
 
     # --- shapes ------------------------------------------------------------------------------
@@ -105,26 +113,22 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
 
     # --- communication inside a micro-batch ---------------------------------------------------
     n_stage = np.ceil(L / (pp * v)) * v  # layers on the fullest stage (uneven splits allowed)
-    tp_bw = comm.group_bandwidth_Bps(tp, 1.0, dom, nvl_Bps, net_Bps)
-    tp_lat = comm.group_latency_s(tp, 1.0, dom, p.nvlink_latency_s, p.network_latency_s)
     act_bytes = tok * h * kern.BYTES_16BIT
     # Megatron: 2 all-reduces (or with SP 2 all-gathers + 2 reduce-scatters) per layer in forward,
     # 2 in backward, 2 more when the forward is recomputed.
-    tp_ar = np.where(tp > 1, comm.all_reduce_s(act_bytes, tp, tp_bw, tp_lat), 0.0)
+    tp_ar = np.where(tp > 1, coll.collective_s("all_reduce", c["tp_collective"], act_bytes, tp, 1.0, fabric), 0.0)
     tp_layer_f = 2.0 * tp_ar * (1.0 - p.tp_overlap)
     tp_layer_b = tp_ar * (2.0 + 2.0 * (rc >= 2)) * (1.0 - p.tp_overlap)
     # Context parallel (ring attention): K and V blocks circulate over cp-1 steps in forward, and K, V
     # plus their gradients in backward, overlapped with the attention computation.
-    cp_bw = comm.group_bandwidth_Bps(cp, tp, dom, nvl_Bps, net_Bps)
-    cp_lat = comm.group_latency_s(cp, tp, dom, p.nvlink_latency_s, p.network_latency_s)
+    cp_bw, cp_lat = fabric.bandwidth_Bps(cp, tp), fabric.latency_s(cp, tp)
     kv_block = 2.0 * mb * s_loc * kv_loc * kern.BYTES_16BIT
     cp_f = (cp - 1.0) * (kv_block / cp_bw + cp_lat)
     cp_exp_f = np.maximum(cp_f - attn_f, 0.0)
     cp_layer_f = np.where(cp > 1, cp_exp_f, 0.0)
     cp_layer_b = np.where(cp > 1, cp_exp_f * (rc >= 2) + np.maximum(2.0 * cp_f - attn_b, 0.0), 0.0)
     # Pipeline sends: forward activations and backward gradients at each of v stage boundaries.
-    pp_bw = comm.group_bandwidth_Bps(2.0, tp * cp * dp, dom, nvl_Bps, net_Bps)
-    pp_lat = comm.group_latency_s(2.0, tp * cp * dp, dom, p.nvlink_latency_s, p.network_latency_s)
+    pp_bw, pp_lat = fabric.bandwidth_Bps(2.0, tp * cp * dp), fabric.latency_s(2.0, tp * cp * dp)
     p2p_bytes = act_bytes / np.where(sp > 0, tp, 1.0)
     pp_mb = np.where(pp > 1, 2.0 * v * comm.p2p_s(p2p_bytes, pp_bw, pp_lat), 0.0)
 
@@ -138,9 +142,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
 
     # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
     # gradients in backward, every micro-batch; prefetch hides them behind compute.
-    zg_bw = comm.group_bandwidth_Bps(zg, tp * cp, dom, nvl_Bps, net_Bps)
-    zg_lat = comm.group_latency_s(zg, tp * cp, dom, p.nvlink_latency_s, p.network_latency_s)
-    gather = comm.all_gather_s(params_stage * kern.BYTES_16BIT, zg, zg_bw, zg_lat * n_stage)
+    gather = coll.collective_s("all_gather", c["dp_collective"], params_stage * kern.BYTES_16BIT, zg, tp * cp, fabric,
+                               calls=n_stage)
     z3 = (zero >= 3) & (zg > 1)
     c_f = n_stage * layer_f + logits_f
     c_b = n_stage * layer_b + logits_b
@@ -157,43 +160,91 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         + np.maximum(2.0 * gather - p.fsdp_overlap * work_b, 0.0),
         0.0,
     )
-    slot = work_f + work_b + pp_mb + fsdp_mb
+
+    # memory expansion tier: per-micro-batch weight/gradient streaming and activation offload
+    off = c["offload"]
+    any_offload = bool(np.any(off > 0))
+    act_layer, act_layer_none = mem.layer_activation_bytes(
+        s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, std_attn
+    )
+    exp_Bps = xp.expansion_Bps(c["expansion_gbps"])
+    if any_offload:
+        off_opt, off_w, off_act = xp.offloads(off, xp.OPTIMIZER), xp.offloads(off, xp.WEIGHTS), xp.offloads(off, xp.ACTIVATIONS)
+        w_stage, g_stage, _ = mem.model_state_bytes(params_stage, zero, zg, fp8)
+        act_mb = n_stage * act_layer
+        io_f = np.where(off_w, w_stage, 0.0) + np.where(off_act, act_mb, 0.0)
+        io_b = np.where(off_w, w_stage + 2.0 * g_stage, 0.0) + np.where(off_act, act_mb, 0.0)
+        first_fetch = xp.transfer_s(np.where(off_w, w_stage / np.maximum(n_stage, 1.0), 0.0), exp_Bps)
+        offload_b = xp.exposed_s(xp.transfer_s(io_b, exp_Bps), work_b)
+        offload_mb = first_fetch + xp.exposed_s(xp.transfer_s(io_f, exp_Bps), work_f) + offload_b
+    else:
+        offload_mb = offload_b = 0.0
+    slot = work_f + work_b + pp_mb + fsdp_mb + offload_mb
     bubble = bubble_slots(pp, v) * slot
 
     # --- data-parallel gradient reduction (once per step) ----------------------------------------
     grad_bytes = params_stage * mem.GRAD_BYTES
     rep = np.where(z3, dp / zg, dp) * cp  # replicas that must agree on each gradient shard
-    rep_stride = np.where(z3, tp * cp * zg, tp)
-    rep_bw = comm.group_bandwidth_Bps(rep, rep_stride, dom, nvl_Bps, net_Bps)
-    rep_lat = comm.group_latency_s(rep, rep_stride, dom, p.nvlink_latency_s, p.network_latency_s)
+    # Its rank extent over its size: dp*cp ranks at stride tp; under FSDP the cp ranks (stride tp) times
+    # the dp/zg replicas (stride tp*cp*zg) span tp*cp*dp ranks, an effective stride of tp*zg.
+    rep_stride = np.where(z3 & (dp > zg), tp * zg, tp)
     dp_bytes = np.where(z3, grad_bytes / zg, grad_bytes)
-    dp_total = np.where(rep > 1, comm.all_reduce_s(dp_bytes, rep, rep_bw, rep_lat), 0.0)
-    # hidden behind the last micro-batch's backward, in the time FSDP traffic leaves free
-    free_b = np.maximum(work_b - np.where(z3, 2.0 * gather, 0.0), 0.0)
-    dp_exposed = np.maximum(dp_total - p.dp_overlap * c["overlap_grad_reduce"] * free_b, 0.0)
+    dp_total = np.where(rep > 1, coll.collective_s("all_reduce", c["dp_collective"], dp_bytes, rep, rep_stride, fabric), 0.0)
+    # hidden behind the last micro-batch's backward (as long as its tier transfers make it), in the
+    # time FSDP traffic leaves free
+    free_b = np.maximum(work_b + offload_b - np.where(z3, 2.0 * gather, 0.0), 0.0)
+    hide_b = p.dp_overlap * c["overlap_grad_reduce"] * free_b
+    dp_exposed = np.maximum(dp_total - hide_b, 0.0)
 
     owned = params_stage / np.where(zero >= 1, zg, 1.0)
     optimizer = owned * OPTIMIZER_TRAFFIC_BYTES / hbm_Bps
+    if any_offload:
+        # ZeRO-Offload: gradient shards go down while the reduction runs (other link, same window),
+        # the tier runs Adam, updated 16-bit weights come back (not when weights live in the tier).
+        down_only = off_opt & ~off_w
+        grad_down = xp.transfer_s(np.where(down_only, owned * mem.GRAD_BYTES, 0.0), exp_Bps)
+        chain_exposed = np.maximum(np.maximum(dp_total, grad_down) - hide_b, 0.0)
+        upload = xp.transfer_s(np.where(down_only, owned * (mem.WEIGHT_BYTES + fp8), 0.0), exp_Bps)
+        offload_end = chain_exposed - dp_exposed + upload
+        optimizer = np.where(off_opt, xp.transfer_s(owned * OPTIMIZER_TRAFFIC_BYTES, exp_Bps), optimizer)
+    else:
+        offload_end = 0.0
 
-    step = (m + bubble_slots(pp, v)) * slot + dp_exposed + optimizer
+    step = (m + bubble_slots(pp, v)) * slot + dp_exposed + optimizer + offload_end
 
     # --- memory -----------------------------------------------------------------------------------
-    act_layer, act_layer_none = mem.layer_activation_bytes(
-        s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, std_attn
-    )
     working = np.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
     logits_buf = tok * (V / tp) * LOGIT_BYTES
     z3_buffers = np.where(z3, 2.0 * layer_params_loc * kern.BYTES_16BIT, 0.0)
-    act_first = mem.inflight_layers(L, pp, v, m) * act_layer + working + np.where(pp > 1, 0.0, logits_buf)
-    act_last = n_stage * act_layer + working + logits_buf
+    stored_first = mem.inflight_layers(L, pp, v, m) * act_layer
+    stored_last = n_stage * act_layer
     w1, g1, o1 = mem.model_state_bytes(params_first, zero, zg, fp8)
     w2, g2, o2 = mem.model_state_bytes(params_last, zero, zg, fp8)
+    if any_offload:
+        # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers
+        tier_first = np.where(off_opt, o1, 0.0) + np.where(off_w, w1 + g1, 0.0) + np.where(off_act, stored_first, 0.0)
+        tier_last = np.where(off_opt, o2, 0.0) + np.where(off_w, w2 + g2, 0.0) + np.where(off_act, stored_last, 0.0)
+        expansion_used = np.maximum(tier_first, tier_last)
+        shard3 = np.where(zero >= 3, np.maximum(zg, 1.0), 1.0)
+        stream_buf = (xp.BUFFER_LAYERS * np.maximum(layer_params_loc, emb_loc) / shard3
+                      * (mem.WEIGHT_BYTES + fp8 + mem.GRAD_BYTES))
+        o1, o2 = np.where(off_opt, 0.0, o1), np.where(off_opt, 0.0, o2)
+        w1, w2 = np.where(off_w, stream_buf, w1), np.where(off_w, stream_buf, w2)
+        g1, g2 = np.where(off_w, 0.0, g1), np.where(off_w, 0.0, g2)
+        act_buf = xp.BUFFER_LAYERS * act_layer
+        stored_first = np.where(off_act, np.minimum(stored_first, act_buf), stored_first)
+        stored_last = np.where(off_act, np.minimum(stored_last, act_buf), stored_last)
+    else:
+        expansion_used = np.zeros_like(B)
+    act_first = stored_first + working + np.where(pp > 1, 0.0, logits_buf)
+    act_last = stored_last + working + logits_buf
     tot_first = w1 + g1 + o1 + act_first + z3_buffers
     tot_last = w2 + g2 + o2 + act_last + z3_buffers
     first_max = tot_first >= tot_last
     memory_bytes = np.where(first_max, tot_first, tot_last)
     usable = mem.usable_hbm_bytes(c["hbm_gib"], p.hbm_reserved_gib, p.hbm_fragmentation)
-    fits = memory_bytes <= usable
+    expansion_ok = xp.tier_fits(expansion_used, c["expansion_gib"], c["expansion_pooled"], c["gpus_per_node"])
+    fits = (memory_bytes <= usable) & expansion_ok
 
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
@@ -206,6 +257,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     cost_step = gpus * price * step / 3600.0
     steps_to_train = c["tokens"] / tokens_step
     train_s = steps_to_train * step
+    batch_tokens = tokens_step
+    target_steps = steps_to_target(c["target_tokens"], c["critical_batch_tokens"], batch_tokens)
+    accuracy_s = target_steps * step
     valid = valid_mask(c)
 
     out = {
@@ -223,6 +277,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "time_to_train_days": train_s / SECONDS_PER_DAY,
         "cost_to_train_usd": gpus * price * train_s / 3600.0,
         "energy_to_train_mwh": gpus * c["power_w"] * train_s / 3.6e9,
+        "steps_to_target": target_steps,
+        "tokens_to_target": tokens_to_target(c["target_tokens"], c["critical_batch_tokens"], batch_tokens),
+        "statistical_efficiency": statistical_efficiency(c["critical_batch_tokens"], batch_tokens),
+        "time_to_accuracy_days": accuracy_s / SECONDS_PER_DAY,
+        "cost_to_accuracy_usd": gpus * price * accuracy_s / 3600.0,
         "gpus": gpus,
         "dp": dp,
         "num_microbatches": m,
@@ -235,10 +294,14 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "time_dp_comm_s": m * fsdp_mb + dp_exposed,
         "time_bubble_s": bubble,
         "time_optimizer_s": optimizer,
+        "time_offload_s": m * offload_mb + offload_end + np.zeros_like(step),
         "mem_weights_gib": np.where(first_max, w1, w2) / mem.GIB,
         "mem_gradients_gib": np.where(first_max, g1, g2) / mem.GIB,
         "mem_optimizer_gib": np.where(first_max, o1, o2) / mem.GIB,
         "mem_activations_gib": (np.where(first_max, act_first, act_last) + z3_buffers) / mem.GIB,
         "dp_comm_total_s": dp_total,
+        "expansion_used_gib": expansion_used / mem.GIB,
+        "expansion_fits": expansion_ok,
+        "idle_share": 1.0 - (m * (c_f + c_b + c_r)) / step,
     }
     return out

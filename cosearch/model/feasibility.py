@@ -10,6 +10,11 @@ from typing import Callable, Mapping, NamedTuple
 import numpy as np
 
 from ..errors import CosearchError
+from .collectives import COLLECTIVE_CODES
+from .expansion import OFFLOAD_CODES
+
+_OFFLOAD_SETS = np.array(sorted(set(OFFLOAD_CODES.values())), dtype=float)
+_COLLECTIVES = np.array(sorted(set(COLLECTIVE_CODES.values())), dtype=float)
 
 
 def _divides(a, b):
@@ -65,6 +70,13 @@ RULES: tuple[Rule, ...] = (
          "zero_group ({zero_group:g}) must divide dp ({dp:g})"),
     Rule("training.precision", lambda c: np.isfinite(c["peak_tflops"]) & (c["peak_tflops"] > 0),
          "the GPU has no peak rate for this precision"),
+    Rule("plan.offload", lambda c: np.isin(c["offload"], _OFFLOAD_SETS), "offload must be one of " + ", ".join(OFFLOAD_CODES)),
+    Rule("cluster.expansion_gbps", lambda c: (c["offload"] == 0) | (c["expansion_gbps"] > 0),
+         "plan.offload needs a memory expansion tier: set cluster.expansion_gbps > 0 (and expansion_gib)"),
+    Rule("plan.tp_collective", lambda c: np.isin(c["tp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
+    Rule("plan.dp_collective", lambda c: np.isin(c["dp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
+    Rule("cluster.oversubscription", lambda c: c["oversubscription"] >= 1.0,
+         "oversubscription must be >= 1 (1 = full bisection), got {oversubscription:g}"),
 )
 
 
