@@ -59,8 +59,14 @@ def log_errors(c: Candidates, profile: Profile) -> np.ndarray:
     return np.log(pred / c.rows["measured_step_s"].to_numpy())
 
 
-def fit_profile(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profile | None = None) -> FitResult:
-    """Least-squares fit of ``params`` (soft-L1 loss on log error, so a few outliers cannot dominate)."""
+def fit_profile(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profile | None = None,
+                multistart: bool = False) -> FitResult:
+    """Least-squares fit of ``params`` (soft-L1 loss on log error, so a few outliers cannot dominate).
+
+    ``multistart`` also starts from the middle of every parameter's bounds and keeps the better
+    fit: overlap parameters have flat regions (fully hidden communication) where a single start
+    from the base profile can stall.
+    """
     base = base or Profile()
     for p in params:
         if p not in FITTABLE:
@@ -74,18 +80,167 @@ def fit_profile(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profil
         return log_errors(c, base.model_copy(update=dict(zip(params, x * scale))))
 
     res = least_squares(residuals, x0 / scale, bounds=(lo / scale, hi / scale), loss="soft_l1", f_scale=0.1)
+    if multistart:
+        mid = least_squares(residuals, 0.5 * (lo + hi) / scale, bounds=(lo / scale, hi / scale), loss="soft_l1", f_scale=0.1)
+        res = mid if mid.cost < res.cost else res
     prof = base.model_copy(update={p: float(v) for p, v in zip(params, res.x * scale)})
     log.info("fitted %s", {p: getattr(prof, p) for p in params})
     return FitResult(prof, res.fun)
 
 
-def cross_validate(c: Candidates, groups: np.ndarray, params: Sequence[str] = DEFAULT_FIT, base: Profile | None = None) -> np.ndarray:
+def cross_validate(c: Candidates, groups: np.ndarray, params: Sequence[str] = DEFAULT_FIT, base: Profile | None = None,
+                   multistart: bool = False) -> np.ndarray:
     """Held-out log errors: each group's rows predicted by a profile fitted on all other groups."""
     out = np.full(len(c.rows), np.nan)
     for g in np.unique(groups):
         test = groups == g
         if test.all():
             continue
-        fit = fit_profile(_subset(c, ~test), params, base)
+        fit = fit_profile(_subset(c, ~test), params, base, multistart)
         out[test] = log_errors(_subset(c, test), fit.profile)
     return out
+
+
+# --- calibrated profiles as files, with the range they were fitted on (cosearch calibrate) -------
+
+from pathlib import Path  # noqa: E402
+from typing import Any, Mapping, Optional  # noqa: E402
+
+from pydantic import BaseModel, ConfigDict  # noqa: E402
+
+from .errors import CosearchError  # noqa: E402
+
+
+class CalibratedRange(BaseModel):
+    """What a profile was fitted on; predictions outside it are extrapolations."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rows: int
+    gpu_types: list[str]
+    params_b: tuple[float, float]
+    gpus: tuple[int, int]
+    seq_len: tuple[int, int]
+
+
+def calibrated_range(c: Candidates) -> CalibratedRange:
+    """GPU types, model sizes, GPU counts and sequence lengths covered by ``c``."""
+    from .model.flops import total_params
+
+    col = c.columns
+    params = total_params(col["layers"], col["hidden"], col["heads"], col["kv_heads"], col["ffn_hidden"],
+                          col["gated_mlp"], col["vocab"], col["tied_embeddings"]) / 1e9
+    return CalibratedRange(
+        rows=len(c.rows),
+        gpu_types=sorted({s["cluster"]["gpu"] for s in c.scenarios}),
+        params_b=(round(float(params.min()), 3), round(float(params.max()), 3)),
+        gpus=(int(col["gpus"].min()), int(col["gpus"].max())),
+        seq_len=(int(col["seq_len"].min()), int(col["seq_len"].max())),
+    )
+
+
+def range_warnings(rng: CalibratedRange | Mapping[str, Any], scenario: Any, params: float | None = None) -> list[str]:
+    """One message per way ``scenario`` leaves the calibrated range (also logged as warnings)."""
+    rng = rng if isinstance(rng, CalibratedRange) else CalibratedRange.model_validate(rng)
+    cl, m = scenario.cluster, scenario.model
+    out = []
+    if cl.gpu not in rng.gpu_types:
+        out.append(f"cluster.gpu {cl.gpu} is outside the calibrated range (profile fitted on {', '.join(rng.gpu_types)})")
+    if params is not None:
+        pb = params / 1e9
+        lo, hi = rng.params_b
+        if not lo <= pb <= hi:
+            out.append(f"model size {pb:.3g}B parameters is outside the calibrated range {lo:g}-{hi:g}B")
+    lo, hi = rng.gpus
+    if not lo <= cl.gpus <= hi:
+        out.append(f"cluster.gpus {cl.gpus} is outside the calibrated range {lo}-{hi}")
+    lo, hi = rng.seq_len
+    if not lo <= m.seq_len <= hi:
+        out.append(f"model.seq_len {m.seq_len} is outside the calibrated range {lo}-{hi}")
+    for msg in out:
+        logging.getLogger("cosearch.estimate").warning("extrapolating: %s", msg)
+    return out
+
+
+def read_profile_file(path: str | Path) -> tuple[Profile, Optional[CalibratedRange]]:
+    """A profile YAML (``profile:`` section, or the bare fields) and its ``calibrated_range`` if any."""
+    from .scenario import read_yaml
+
+    data = read_yaml(path) or {}
+    if not isinstance(data, Mapping):
+        raise CosearchError(str(path), "a profile file is a mapping with a 'profile' section")
+    fields = data.get("profile", data)
+    if fields is data:
+        fields = {k: v for k, v in data.items() if k not in ("calibrated_range", "fit_report", "fitted")}
+    try:
+        prof = Profile.model_validate(fields)
+    except Exception as err:  # pydantic ValidationError
+        first = err.errors()[0] if hasattr(err, "errors") else {"loc": (), "msg": str(err)}
+        raise CosearchError(f"{path}:{'.'.join(map(str, first['loc']))}", first["msg"]) from None
+    rng = data.get("calibrated_range")
+    try:
+        return prof, (CalibratedRange.model_validate(rng) if rng is not None else None)
+    except Exception as err:
+        raise CosearchError(f"{path}:calibrated_range", str(err).splitlines()[0]) from None
+
+
+def error_stats(log_err: np.ndarray) -> dict[str, float]:
+    """Median, P90 and worst absolute relative error of log(pred/measured) errors."""
+    e = np.abs(np.expm1(log_err[np.isfinite(log_err)]))
+    if e.size == 0:
+        return {"median": float("nan"), "p90": float("nan"), "worst": float("nan"), "rows": 0}
+    return {"median": float(np.median(e)), "p90": float(np.quantile(e, 0.9)), "worst": float(e.max()), "rows": int(e.size)}
+
+
+def kfold_groups(n: int, k: int, seed: int = 0) -> np.ndarray:
+    """Fold label per row: a seeded permutation cut into ``min(k, n)`` near-equal folds."""
+    k = max(2, min(k, n))
+    perm = np.random.default_rng(seed).permutation(n)
+    groups = np.empty(n, dtype=int)
+    groups[perm] = np.arange(n) % k
+    return groups
+
+
+def calibrate(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profile | None = None, folds: int = 5,
+              seed: int = 0, by_source: bool = False) -> tuple[FitResult, dict[str, Any]]:
+    """Fit ``params`` on every row and report held-out errors before and after calibration.
+
+    before: the base profile's errors (nothing is fitted, so every row is unseen by it, unless the
+    base itself was fitted on these rows). after: ``folds``-fold cross-validation (each fold
+    predicted by a profile fitted on the other folds). ``by_source`` adds leave-one-source-out.
+    """
+    base = base or Profile()
+    n = len(c.rows)
+    if n < 2:
+        raise CosearchError("measured", f"need at least 2 measured rows to calibrate and cross-validate, got {n}")
+    fit = fit_profile(c, params, base, multistart=True)
+    groups = kfold_groups(n, folds, seed)
+    report: dict[str, Any] = {
+        "rows": n,
+        "params": list(params),
+        "fitted": {p: float(getattr(fit.profile, p)) for p in params},
+        "base": {p: float(getattr(base, p)) for p in params},
+        "folds": int(groups.max() + 1),
+        "before": error_stats(log_errors(c, base)),
+        "after_in_sample": error_stats(fit.log_errors),
+        "after_held_out": error_stats(cross_validate(c, groups, params, base, multistart=True)),
+    }
+    if by_source and "source_id" in c.rows and c.rows["source_id"].nunique() > 1:
+        report["after_leave_one_source_out"] = error_stats(cross_validate(c, c.rows["source_id"].to_numpy(), params, base, multistart=True))
+    return fit, report
+
+
+def write_profile_file(path: str | Path, fit: FitResult, rng: CalibratedRange, report: Mapping[str, Any], header: str = "") -> None:
+    import yaml
+
+    doc = {
+        "profile": fit.profile.model_dump(),
+        "fitted": list(report.get("params", [])),
+        "calibrated_range": {**rng.model_dump(), "params_b": list(rng.params_b), "gpus": list(rng.gpus), "seq_len": list(rng.seq_len)},
+        "fit_report": dict(report),
+    }
+    text = "".join(f"# {line}\n" for line in header.splitlines()) + yaml.safe_dump(doc, sort_keys=False)
+    try:
+        Path(path).write_text(text)
+    except OSError as err:
+        raise CosearchError(str(path), f"cannot write profile ({err.strerror or err})") from None

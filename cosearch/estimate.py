@@ -21,11 +21,15 @@ def _num(x: Any) -> float | bool | None:
     return None if math.isnan(v) else v
 
 
-def estimate(scenario: Any, profile: Profile | None = None) -> dict[str, Any]:
+def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range: Any = None) -> dict[str, Any]:
     """Predict step time, throughput, memory and cost of one scenario (path, dict or Scenario).
 
     Raises :class:`cosearch.errors.CosearchError` with a one-line message for bad input,
-    including plans that break a divisibility rule.
+    including plans that break a divisibility rule. ``calibrated_range`` (from a calibrated profile
+    file, :func:`cosearch.calibration.read_profile_file`) adds a warning to ``warnings`` when the
+    scenario lies outside what the profile was fitted on. With a ``cloud`` section,
+    ``time_to_train_days``/``cost_to_train_usd`` are expected values under interruptions and
+    ``cloud`` holds the transient-server economics (docs/cloud.md).
     """
     sc: Scenario = load_scenario(scenario)
     cols = scenario_columns(sc)
@@ -46,4 +50,18 @@ def estimate(scenario: Any, profile: Profile | None = None) -> dict[str, Any]:
     result["breakdown_s"] = {k: _num(out[f"time_{k}_s"]) for k in BREAKDOWN_KEYS}
     result["memory_breakdown_gib"] = {k: _num(out[f"mem_{k}_gib"]) for k in MEMORY_KEYS}
     result["scenario"] = sc.model_dump(mode="json")
+    # --- hooks: cloud economics (cosearch.cloud) and calibrated-range warnings (cosearch.calibration)
+    if sc.cloud is not None and result["time_to_train_days"] is not None:
+        from .cloud.provision import cloud_estimate
+
+        result["cloud"] = cloud_estimate(sc.cloud, out)
+        result["time_to_train_days"] = result["cloud"]["expected_time_to_train_days"]
+        result["cost_to_train_usd"] = result["cloud"]["expected_cost_to_train_usd"]
+    elif sc.cloud is not None:
+        result["cloud"] = None
+    result["warnings"] = []
+    if calibrated_range is not None:
+        from .calibration import range_warnings
+
+        result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
     return result

@@ -7,13 +7,14 @@ vectorized model takes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Union, get_args
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import hardware
+from .cloud.provision import CloudSpec, derived_cluster
 from .errors import CosearchError
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
 from .presets import ARCH_FIELDS, preset
@@ -97,6 +98,9 @@ class Scenario(_Strict):
     training: TrainingSpec
     cluster: ClusterSpec
     plan: PlanSpec = PlanSpec()
+    #: Rented instances (docs/cloud.md); when present, the cluster's GPU, count, node size, network
+    #: and price come from the instance type (cosearch.cloud.provision.derived_cluster).
+    cloud: Optional[CloudSpec] = None
 
 
 HARDWARE_OVERRIDES = (
@@ -123,8 +127,27 @@ def _allowed_keys(section: tuple) -> list[str]:
     model: type[BaseModel] = Scenario
     for part in section:
         ann = model.model_fields[str(part)].annotation
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else model
+        for cand in (ann, *get_args(ann)):  # unwrap Optional[...]
+            if isinstance(cand, type) and issubclass(cand, BaseModel):
+                model = cand
+                break
     return list(model.model_fields)
+
+
+class _CloudOnly(_Strict):
+    cloud: CloudSpec
+
+
+def _with_cloud_cluster(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill ``cluster`` from the ``cloud`` section (validated first, errors named cloud.*)."""
+    try:
+        spec = _CloudOnly.model_validate({"cloud": data["cloud"]}).cloud
+    except ValidationError as err:
+        raise _error_from_validation(err) from None
+    cluster = data.get("cluster")
+    if cluster is not None and not isinstance(cluster, Mapping):
+        return dict(data)  # let validation name the problem
+    return {**data, "cloud": spec.model_dump(exclude_none=True), "cluster": derived_cluster(spec, cluster)}
 
 
 def parse_scenario(data: Any) -> Scenario:
@@ -135,6 +158,8 @@ def parse_scenario(data: Any) -> Scenario:
         raise CosearchError("scenario", f"expected a mapping with model, training, cluster, plan; got {type(data).__name__}")
     if isinstance(data.get("model"), str):
         data = {**data, "model": preset(data["model"])}  # unknown name -> error naming `model`
+    if isinstance(data.get("cloud"), Mapping):
+        data = _with_cloud_cluster(data)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as err:

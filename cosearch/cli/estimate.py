@@ -35,7 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = estimate(args.scenario, load_profile(args.profile))
+    profile, rng = None, None
+    if args.profile:
+        from ..calibration import read_profile_file
+
+        profile, rng = read_profile_file(args.profile)  # rng: calibrated range -> warnings outside it
+    result = estimate(args.scenario, profile, calibrated_range=rng)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -72,7 +77,17 @@ def render(r: dict, console: Console) -> None:
         head.add_row("time to accuracy", f"{_fmt(r['time_to_accuracy_days'], ',.1f')} days "
                      f"({_fmt(r['steps_to_target'], ',.0f')} steps, statistical efficiency {_fmt(r['statistical_efficiency'], '.2f')})")
         head.add_row("cost to accuracy", f"${_fmt(r['cost_to_accuracy_usd'], ',.0f')}")
+    cloud = r.get("cloud")
+    if cloud:
+        head.add_row("rented", f"{cloud['instances']} x {cloud['provider']}/{cloud['instance']} ({cloud['pricing']}, "
+                     f"${_fmt(cloud['cluster_usd_per_hour'], ',.2f')}/h, {cloud['region']})")
+        head.add_row("interruptions", f"{_fmt(cloud['interruptions_per_hour'], '.3g')}/h expected {_fmt(cloud['expected_interruptions'], ',.0f')}; "
+                     f"checkpoint {_fmt(cloud['checkpoint_write_s'], '.3g')} s every {_fmt(cloud['checkpoint_interval_h'], '.3g')} h")
+        head.add_row("time P10/P50/P90", " / ".join(f"{_fmt(cloud[f'p{q}_time_to_train_days'], ',.1f')}" for q in (10, 50, 90)) + " days")
+        head.add_row("cost P10/P50/P90", " / ".join(f"${_fmt(cloud[f'p{q}_cost_to_train_usd'], ',.0f')}" for q in (10, 50, 90)))
     console.print(head)
+    for w in r.get("warnings", []):
+        console.print(f"[yellow]warning: extrapolating: {w}[/]")
     t = Table(title="step time", title_justify="left")
     t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")
     total = r["step_time_s"] or 1.0

@@ -1,0 +1,137 @@
+"""Measured step times from a CSV, as :class:`~cosearch.validation.Candidates` for calibration.
+
+Two formats, told apart by their columns:
+
+* **User format** (one row = one scenario that was run; ``measured_step_time_s`` required). Columns
+  are scenario fields by their plain names: ``model`` (a preset name) or the architecture fields
+  (``layers, hidden, heads, kv_heads, ffn_hidden, gated_mlp, vocab, seq_len, tied_embeddings``;
+  with a preset, any of them overrides it, e.g. ``seq_len``); training fields (``global_batch``,
+  ``precision``, ``attention``); cluster fields (``gpu``, ``gpus`` and the hardware overrides
+  ``gpus_per_node, nvlink_domain, hbm_gib, hbm_tbps, nvlink_gbps, network_gbps, power_w``); plan
+  fields (``tp, pp, dp, cp, microbatch, interleave, recompute, sequence_parallel, zero, zero_group,
+  overlap_grad_reduce``). Empty cells take the scenario defaults. ``name``, ``source``, ``notes``
+  and ``id`` are carried along. Every other column is an error.
+* **Published-runs format** of ``shared/validation/published_runs_public.csv`` (``source_id``,
+  ``gpu_type``, ``n_layers``, ``hidden_size`` ... ): rows are turned into candidate scenarios by
+  :func:`cosearch.validation.build_candidates` (unknown knobs tuned as the authors did).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import CosearchError
+from .model.columns import broadcast_columns
+from .model.feasibility import check_scalar
+from .presets import ARCH_FIELDS
+from .scenario import HARDWARE_OVERRIDES, PlanSpec, parse_scenario, scenario_columns
+from .validation import Candidates, build_candidates
+
+MEASURED = "measured_step_time_s"
+PUBLISHED_COLUMNS = {"source_id", "gpu_type", "n_layers", "hidden_size", "global_batch_size"}
+MODEL_COLUMNS = ("model",) + ARCH_FIELDS
+TRAINING_COLUMNS = ("global_batch", "precision", "attention")
+CLUSTER_COLUMNS = ("gpu", "gpus") + tuple(k for k in HARDWARE_OVERRIDES if k != "price_usd_per_gpu_hour")
+PLAN_COLUMNS = tuple(PlanSpec.model_fields)
+PASSTHROUGH = ("name", "source", "notes", "id")
+USER_COLUMNS = MODEL_COLUMNS + TRAINING_COLUMNS + CLUSTER_COLUMNS + PLAN_COLUMNS + (MEASURED,) + PASSTHROUGH
+
+
+def read_csv(path: str | Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except FileNotFoundError:
+        raise CosearchError(str(path), "no such file") from None
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise CosearchError(str(path), f"cannot read CSV ({str(err).splitlines()[0]})") from None
+
+
+def detect_format(df: pd.DataFrame) -> str:
+    cols = set(df.columns)
+    if PUBLISHED_COLUMNS <= cols:
+        return "published"
+    if MEASURED in cols:
+        return "user"
+    raise CosearchError("measured CSV", f"needs a {MEASURED} column (user format, see docs/calibration.md) "
+                        f"or the published-runs columns ({', '.join(sorted(PUBLISHED_COLUMNS))})")
+
+
+def _cell(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return int(f) if f.is_integer() else f
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, str):
+        s = v.strip()
+        if s == "":
+            return None
+        if s.lower() in ("true", "false"):
+            return s.lower() == "true"
+        return s
+    return v
+
+
+def row_scenario(row: dict[str, Any]) -> dict[str, Any]:
+    """The scenario dict of one user-format row (cells already cleaned with :func:`_cell`)."""
+    pick = lambda keys: {k: row[k] for k in keys if row.get(k) is not None}  # noqa: E731
+    arch = pick(ARCH_FIELDS)
+    if row.get("model") is not None:
+        from .presets import preset
+
+        model: Any = {**preset(str(row["model"])), **arch}
+    else:
+        model = arch
+    return {"model": model, "training": pick(TRAINING_COLUMNS), "cluster": pick(CLUSTER_COLUMNS), "plan": pick(PLAN_COLUMNS)}
+
+
+def user_candidates(df: pd.DataFrame, path: str = "measured CSV") -> Candidates:
+    unknown = [c for c in df.columns if c not in USER_COLUMNS]
+    if unknown:
+        raise CosearchError(f"{path}: column {unknown[0]}", f"unknown column; allowed: {', '.join(USER_COLUMNS)}")
+    rows, cols_list, scenarios = [], [], []
+    for i, raw in enumerate(df.to_dict(orient="records"), start=1):
+        row = {k: _cell(v) for k, v in raw.items()}
+        where = f"{path}: row {i}"
+        measured = row.get(MEASURED)
+        if not isinstance(measured, (int, float)) or isinstance(measured, bool) or not measured > 0:
+            raise CosearchError(f"{where}: {MEASURED}", f"must be a positive number of seconds (got {raw.get(MEASURED)!r})")
+        try:
+            sc = parse_scenario(row_scenario(row))
+            cols = scenario_columns(sc)
+            check_scalar(broadcast_columns(cols))
+        except CosearchError as err:
+            raise CosearchError(f"{where}: {err.field}", err.message) from None
+        cols_list.append(cols)
+        scenarios.append(sc.model_dump(mode="json"))
+        rows.append({
+            "row_id": i, "source_id": row.get("source") or "user", "model": row.get("name") or row.get("model") or "custom",
+            "num_gpus": sc.cluster.gpus, "seq_len": sc.model.seq_len, "measured_step_s": float(measured),
+        })
+    if not rows:
+        raise CosearchError(path, "no measured rows")
+    columns = {k: np.array([c[k] for c in cols_list]) for k in cols_list[0]}
+    return Candidates(pd.DataFrame(rows), columns, np.arange(len(rows)), scenarios)
+
+
+def load_measured(path: str | Path) -> tuple[Candidates, str]:
+    """Candidates from a measured CSV in either format, and the format's name."""
+    df = read_csv(path)
+    fmt = detect_format(df)
+    if fmt == "published":
+        try:
+            c = build_candidates(df)
+        except IndexError:  # no row gave a candidate
+            c = None
+        if c is None or len(c.rows) == 0:
+            raise CosearchError(str(path), "no usable rows (each needs the architecture, GPU type, GPU count and a step time)")
+        return c, fmt
+    return user_candidates(df, str(path)), fmt
