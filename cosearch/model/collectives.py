@@ -18,13 +18,15 @@ tree (NCCL double binary tree across domains, chain inside: Sanders et al. 2009;
   AR  2 M / (0.9 flat) + 2[(g-1) a_nvl + ceil(log2 n) a_net]
   AG  recursive doubling (Thakur et al. 2005 sec. 4.1): (N-1)/N * M/flat + ceil(log2 g) a_nvl + ceil(log2 n) a_net
 hierarchical 2-D (reduce-scatter in the domain, g parallel rings across domains on M/g, all-gather
-      in the domain; Jia et al. 2018, Mikami et al. 2018 "2D-torus")
-  AR  2(g-1)/g * M/nvl + 2(n-1)/n * (M/g)/nic + 2[(g-1) a_nvl + (n-1) a_net]
-  AG   (g-1)/g * M/nvl +  (n-1)/n * (M/g)/nic +  [(g-1) a_nvl + (n-1) a_net]
+      in the domain; Jia et al. 2018, Mikami et al. 2018 "2D-torus"). The in-domain phases are direct
+      exchanges over the NVSwitch crossbar (one latency each, as NCCL's NVLS algorithms), so
+  AR  2(g-1)/g * M/nvl + 2(n-1)/n * (M/g)/nic + 2[a_nvl + (n-1) a_net]      (no a_nvl when g = 1)
+  AG   (g-1)/g * M/nvl +  (n-1)/n * (M/g)/nic +  [a_nvl + (n-1) a_net]
 direct (two-shot: reduce-scatter then all-gather, every rank exchanging with all peers at once;
       one-shot NVSwitch kernels as in TensorRT-LLM inside a domain). A rank's bytes to peers outside
-      its domain leave through its own NIC (no aggregation), its bytes to domain peers use NVLink;
-      every network peer costs a work-request post of DIRECT_PEER_POST_S.
+      its domain leave through its own NIC (no aggregation) at DIRECT_NETWORK_EFFICIENCY of the ring's
+      rate (many-to-many flows collide in a fabric that routes by flow hash), its bytes to domain
+      peers use NVLink; every network peer costs a work-request post of DIRECT_PEER_POST_S.
   AR  2 max((N-g)/N * M/nic_a2a, (g-1)/N * M/nvl) + 2[a + (N-g) post]
   AG    max((N-g)/N * M/nic_a2a, (g-1)/N * M/nvl) +  [a + (N-g) post]      a = a_nvl inside, a_net across
 auto: the fastest of the four for each configuration.
@@ -40,12 +42,17 @@ from . import communication as comm
 
 #: Scenario words of the collective algorithm knobs (``plan.tp_collective``, ``plan.dp_collective``).
 COLLECTIVE_CODES = {"nccl": 0, "ring": 1, "tree": 2, "hierarchical": 3, "direct": 4, "auto": 5}
-ALGORITHMS = ("ring", "tree", "hierarchical", "direct")
+ALGORITHMS = ("ring", "tree", "direct", "hierarchical")  # ties (inside one domain) read "direct"
 #: NCCL models the tree's bus bandwidth as 0.9 x the ring's (src/graph/tuning.cc, ncclTopoTuneModel).
 TREE_BANDWIDTH_FACTOR = 0.9
 #: Cost of posting one RDMA work request per network peer in a direct exchange, seconds. ASSUMPTION
 #: (order of one doorbell + completion in the NCCL proxy thread), not calibrated.
 DIRECT_PEER_POST_S = 1e-6
+#: Share of the NIC rate an all-to-all pattern sustains across the network relative to a ring's
+#: fixed neighbour pattern. ASSUMPTION: flows of a many-to-many exchange collide on static ECMP
+#: hash paths (the "elephant flow" problem of Al-Fares et al., Hedera, NSDI 2010); adaptive routing
+#: recovers part of it. Not calibrated; inside an NVLink domain (a crossbar) direct runs at full rate.
+DIRECT_NETWORK_EFFICIENCY = 0.7
 
 
 class Fabric:
@@ -90,7 +97,7 @@ def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0
     inside, g, n = _shape(size, stride, fabric.domain)
     nvl, a_nvl, a_net = fabric.nvl_Bps, fabric.nvl_lat_s, fabric.net_lat_s
     nic = fabric.ring_nic_Bps(size, stride)
-    nic_a2a = fabric.net_Bps * comm.spine_share(size, stride, fabric.domain, fabric.leaf_gpus,
+    nic_a2a = DIRECT_NETWORK_EFFICIENCY * fabric.net_Bps * comm.spine_share(size, stride, fabric.domain, fabric.leaf_gpus,
                                                  fabric.oversubscription, all_to_all=True)
     flat = np.where(inside, nvl, np.minimum(nvl, g * nic))
     frac = (N - 1.0) / N
@@ -102,7 +109,7 @@ def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0
         out["tree"] = frac * M / flat + calls * (_log2_steps(g) * a_nvl + _log2_steps(n) * a_net)
     out["hierarchical"] = twice * (
         (g - 1.0) / g * M / nvl + (n - 1.0) / n * (M / g) / nic
-    ) + calls * twice * ((g - 1.0) * a_nvl + (n - 1.0) * a_net)
+    ) + calls * twice * (np.where(g > 1.0, a_nvl, 0.0) + (n - 1.0) * a_net)
     peers_out = N - g
     direct_bw = np.maximum(peers_out / N * M / nic_a2a, (g - 1.0) / N * M / nvl)
     direct_lat = np.where(inside, a_nvl, a_net + peers_out * DIRECT_PEER_POST_S)
