@@ -234,3 +234,35 @@ def test_vectorized_cloud_path_matches_estimate():
     bad = evaluate_cloud({**_columns(1), "instance": codes["lambda/gpu_8x_h100_sxm5"], "instances": 32, "spot": 1})
     assert not bad["spot_available"][0] and not bad["feasible"][0]
     assert set(CLOUD_COLUMNS) >= {"instance", "instances", "spot", "checkpoint_interval_h"}
+
+
+def test_vectorized_precision_column_and_split_api_match_estimate():
+    from cosearch.cloud import apply_cloud, instance_columns
+    from cosearch.model import evaluate
+
+    codes = instance_codes()
+    sc = _scenario(pricing="spot")
+    sc["training"] = dict(sc["training"], precision="fp8")
+    r = estimate(sc)
+    cols = _columns(1)
+    cols["precision"] = np.full(1, 1.0)  # fp8 code
+    out = evaluate_cloud({**cols, "instance": codes["aws/p5.48xlarge"], "instances": 32, "spot": 1})
+    assert out["step_time_s"][0] == pytest.approx(r["step_time_s"])
+    assert out["cost_to_train_usd"][0] == pytest.approx(r["cost_to_train_usd"])
+    # the two-step API a search space uses: hardware columns in, economics on the model output
+    cloud = {"instance": codes["aws/p5.48xlarge"], "instances": 32, "spot": 1}
+    hw = instance_columns(cloud["instance"], cloud["instances"], cloud["spot"], cols["precision"])
+    split = apply_cloud(evaluate({**cols, **hw}), cloud)
+    assert split["cost_to_train_usd"][0] == pytest.approx(r["cost_to_train_usd"])
+
+
+def test_data_dir_replaces_the_shipped_catalog(tmp_path, monkeypatch):
+    (tmp_path / "instances.yaml").write_text(yaml.safe_dump({
+        "defaults": {"failure_per_gpu_hour": 0.0, "restart_s": 60, "storage_gbps": 100},
+        "providers": {"site": {"instances": {"box": {"gpu": "a100-80gb", "gpus": 8, "network_gbps": 800,
+                                                     "regions": ["here"], "on_demand_usd_per_hour": 12.0}}}}}))
+    monkeypatch.setenv("COSEARCH_DATA_DIR", str(tmp_path))
+    cat = load_catalog()
+    assert cat.keys() == ["site/box"] and cat.defaults.restart_s == 60
+    monkeypatch.delenv("COSEARCH_DATA_DIR")
+    assert "aws/p5.48xlarge" in load_catalog().keys()

@@ -151,16 +151,24 @@ CLOUD_COLUMNS: dict[str, float | None] = {
 }
 
 
-def instance_columns(instance, instances, spot=0.0, precision: str = "bf16", catalog: Catalog | None = None) -> dict[str, np.ndarray]:
+def instance_columns(instance, instances, spot=0.0, precision="bf16", catalog: Catalog | None = None) -> dict[str, np.ndarray]:
     """Model input columns (hardware, ``gpus``, ``gpus_per_node``, ``nvlink_domain``, per-GPU
-    network and price) for arrays of instance codes, counts and pricing flags. Rows asking for spot
-    on an instance type without spot get a NaN price (treat as infeasible)."""
+    network and price) for arrays of instance codes, counts and pricing flags. ``precision`` is a
+    word (bf16/fp16/fp8) or an array of the model's precision codes (0: 16-bit, 1: fp8). Rows asking
+    for spot on an instance type without spot get a NaN price (treat as infeasible)."""
     cat = catalog or load_catalog()
-    a = cat.arrays(precision)
     code = np.asarray(instance, dtype=float)
     n = np.asarray(instances, dtype=float)
     sp = np.asarray(spot, dtype=float)
-    code, n, sp = np.broadcast_arrays(code, n, sp)
+    if isinstance(precision, str):
+        a = cat.arrays(precision)
+        code, n, sp = np.broadcast_arrays(code, n, sp)
+        peak_of = lambda idx: a["peak_tflops"][idx]  # noqa: E731
+    else:
+        a = cat.arrays("bf16")
+        a8 = cat.arrays("fp8")
+        code, n, sp, pc = np.broadcast_arrays(code, n, sp, np.asarray(precision, dtype=float))
+        peak_of = lambda idx: np.where(pc > 0, a8["peak_tflops"][idx], a["peak_tflops"][idx])  # noqa: E731
     idx = code.astype(np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= len(a["gpus_per_instance"])):
         raise ValueError(f"instance codes must lie in 0..{len(a['gpus_per_instance']) - 1}")
@@ -169,22 +177,59 @@ def instance_columns(instance, instances, spot=0.0, precision: str = "bf16", cat
     return {
         "gpus": n * g, "gpus_per_node": g, "nvlink_domain": a["nvlink_domain"][idx],
         "network_gbps": a["network_gbps_per_gpu"][idx], "price_usd_per_gpu_hour": price_inst / g,
-        "peak_tflops": a["peak_tflops"][idx], "matmul_efficiency": a["matmul_efficiency"][idx],
+        "peak_tflops": peak_of(idx), "matmul_efficiency": a["matmul_efficiency"][idx],
         "hbm_gib": a["hbm_gib"][idx], "hbm_tbps": a["hbm_tbps"][idx], "nvlink_gbps": a["nvlink_gbps"][idx],
         "power_w": a["power_w"][idx],
     }
 
 
-def evaluate_cloud(columns: Mapping[str, object], profile=None, *, precision: str = "bf16", catalog: Catalog | None = None,
+def apply_cloud(out: Mapping[str, np.ndarray], cloud: Mapping[str, object], catalog: Catalog | None = None, *,
+                spread: str = "analytic", quantiles=QUANTILES, deadline_days: float | None = None) -> dict[str, np.ndarray]:
+    """Add transient-server economics to the model output ``out`` of cloud configurations.
+
+    ``cloud`` holds :data:`CLOUD_COLUMNS` (arrays or scalars; NaN = catalog default / optimal).
+    Returns a new dict: ``time_to_train_days``/``cost_to_train_usd`` become the EXPECTED values
+    under interruptions (failure-free ones kept as ``ideal_*``), plus ``p10/p50/p90_*``,
+    ``checkpoint_interval_h``, ``checkpoint_write_s``, ``interruptions_per_hour``,
+    ``overhead_fraction``, ``spot_available``; ``feasible`` is cleared where spot is unavailable.
+    """
+    cat = catalog or load_catalog()
+    cl = {k: cloud.get(k, v) for k, v in CLOUD_COLUMNS.items()}
+    missing = [k for k, v in CLOUD_COLUMNS.items() if v is None and cl[k] is None]
+    if missing:
+        raise KeyError(f"missing cloud columns: {', '.join(missing)}")
+    a = cat.arrays()
+    shape = np.shape(out["step_time_s"])
+    f = lambda k: np.broadcast_to(np.asarray(cl[k], dtype=float), shape)  # noqa: E731
+    idx = f("instance").astype(np.int64)
+    n, spot = f("instances"), f("spot") > 0
+    revoc = np.where(spot, np.where(np.isnan(f("revocation_per_hour")), a["revocation_per_hour"][idx], f("revocation_per_hour")), 0.0)
+    fail = np.where(np.isnan(f("failure_per_hour")), a["failure_per_hour"][idx], f("failure_per_hour"))
+    restart = np.where(np.isnan(f("restart_s")), cat.defaults.restart_s, f("restart_s"))
+    storage = np.where(np.isnan(f("storage_gbps")), a["storage_gbps"][idx], f("storage_gbps"))
+    price_inst = np.where(spot, a["spot_usd_per_hour"][idx], a["on_demand_usd_per_hour"][idx])
+    m = transient_metrics(np.asarray(out["time_to_train_days"]) * 24.0, out["params"], n, price_inst, revoc + fail,
+                          restart, storage, f("checkpoint_interval_h"), spread=spread, quantiles=quantiles,
+                          deadline_days=deadline_days)
+    res = dict(out)
+    res.update({k: np.broadcast_to(v, shape) for k, v in m.items()})
+    spot_ok = ~(spot & np.isnan(a["spot_usd_per_hour"][idx]))
+    res["time_to_train_days"] = res["expected_time_to_train_days"]
+    res["cost_to_train_usd"] = res["expected_cost_to_train_usd"]
+    res["spot_available"] = spot_ok
+    res["feasible"] = np.asarray(out["feasible"]) & spot_ok
+    res["instances"] = n
+    return res
+
+
+def evaluate_cloud(columns: Mapping[str, object], profile=None, *, precision="bf16", catalog: Catalog | None = None,
                    spread: str = "analytic", quantiles=QUANTILES, deadline_days: float | None = None) -> dict[str, np.ndarray]:
-    """The model plus transient-server economics for arrays of cloud configurations.
+    """The model plus transient-server economics for arrays of cloud configurations, in one call.
 
     ``columns``: the model's input columns for everything but the hardware (model, training, plan:
-    see ``cosearch.model.columns.INPUT_COLUMNS``) plus :data:`CLOUD_COLUMNS`. Returns evaluate's
-    metrics where ``time_to_train_days`` and ``cost_to_train_usd`` are the EXPECTED values under
-    interruptions (the failure-free ones are ``ideal_*``), plus P10/P50/P90 time and cost,
-    checkpoint interval and write time, and ``spot_available`` (False where spot was asked of an
-    instance type without spot; such rows are also not ``feasible``).
+    see ``cosearch.model.columns.INPUT_COLUMNS``) plus :data:`CLOUD_COLUMNS`. ``precision``: a word,
+    or by default the ``precision`` column's codes when present. Equivalent to
+    :func:`instance_columns` -> ``cosearch.model.evaluate`` -> :func:`apply_cloud`.
     """
     from ..model import evaluate
     from ..model.profile import DEFAULT_PROFILE
@@ -195,31 +240,10 @@ def evaluate_cloud(columns: Mapping[str, object], profile=None, *, precision: st
     missing = [k for k, v in CLOUD_COLUMNS.items() if v is None and cloud[k] is None]
     if missing:
         raise KeyError(f"missing cloud columns: {', '.join(missing)}")
-    hw = instance_columns(cloud["instance"], cloud["instances"], cloud["spot"], precision, cat)
+    prec = cols["precision"] if ("precision" in cols and precision == "bf16") else precision
+    hw = instance_columns(cloud["instance"], cloud["instances"], cloud["spot"], prec, cat)
     clash = sorted(set(hw) & set(cols))
     if clash:
         raise KeyError(f"columns decided by the instance type: {', '.join(clash)}")
-    out = dict(evaluate({**cols, **hw}, profile or DEFAULT_PROFILE))
-    a = cat.arrays(precision)
-    idx = np.asarray(cloud["instance"], dtype=float).astype(np.int64)
-    spot = np.asarray(cloud["spot"], dtype=float) > 0
-    shape = np.shape(out["step_time_s"])
-    revoc = np.where(np.isnan(np.asarray(cloud["revocation_per_hour"], dtype=float)), a["revocation_per_hour"][idx], cloud["revocation_per_hour"])
-    revoc = np.where(spot, revoc, 0.0)
-    fail = np.where(np.isnan(np.asarray(cloud["failure_per_hour"], dtype=float)), a["failure_per_hour"][idx], cloud["failure_per_hour"])
-    restart = np.where(np.isnan(np.asarray(cloud["restart_s"], dtype=float)), cat.defaults.restart_s, cloud["restart_s"])
-    storage = np.where(np.isnan(np.asarray(cloud["storage_gbps"], dtype=float)), a["storage_gbps"][idx], cloud["storage_gbps"])
-    n = np.asarray(cloud["instances"], dtype=float)
-    price_inst = hw["price_usd_per_gpu_hour"] * hw["gpus_per_node"]
-    m = transient_metrics(np.asarray(out["time_to_train_days"]) * 24.0, out["params"], n, price_inst, revoc + fail,
-                          restart, storage, cloud["checkpoint_interval_h"], spread=spread, quantiles=quantiles,
-                          deadline_days=deadline_days)
-    m = {k: np.broadcast_to(v, shape) for k, v in m.items()}
-    spot_ok = np.broadcast_to(~(spot & np.isnan(a["spot_usd_per_hour"][idx])), shape)
-    out.update(m)
-    out["time_to_train_days"] = m["expected_time_to_train_days"]
-    out["cost_to_train_usd"] = m["expected_cost_to_train_usd"]
-    out["spot_available"] = spot_ok
-    out["feasible"] = np.asarray(out["feasible"]) & spot_ok
-    out["instances"] = np.broadcast_to(n, shape)
-    return out
+    out = evaluate({**cols, **hw}, profile or DEFAULT_PROFILE)
+    return apply_cloud(out, cloud, cat, spread=spread, quantiles=quantiles, deadline_days=deadline_days)
