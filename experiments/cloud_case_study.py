@@ -153,7 +153,7 @@ def main() -> int:
     crossings = {}
     for prov, g in cross.groupby("provider"):
         worse = (g["spot_best_usd"] >= g["on_demand_best_usd"]) | g["spot_best_usd"].isna()
-        crossings[prov] = float(g["revocation_per_instance_hour"][worse].min()) if worse.any() else None
+        crossings[str(prov)] = float(g["revocation_per_instance_hour"][worse].min()) if worse.any() else None
 
     # 3. Pareto front of expected days vs dollars (everything, any deadline)
     front = allf.iloc[pareto(allf["expected_days"].to_numpy(), allf["expected_cost_usd"].to_numpy())]
@@ -171,6 +171,7 @@ def main() -> int:
         "evaluate_seconds": round(t_eval, 2),
         "cheapest": json.loads(cheapest.drop(columns=drop).to_json(orient="records")),
         "crossover_revocation_per_instance_hour": crossings,
+        "crossover_rule": "lowest swept rate at which the cheapest spot plan meeting the deadline costs more than the cheapest on-demand plan, or no spot plan meets the deadline",
         "catalog_default_revocation_per_instance_hour": {k: it.revocation_per_hour for k, it in cat.instances.items() if it.has_spot},
         "pareto_points": int(len(front)),
     }
@@ -182,7 +183,7 @@ def main() -> int:
             "zero", "mfu", "expected_days", "p90_days", "expected_cost_usd", "p10_cost_usd", "p90_cost_usd"]
     print(f"{n_rows * 2:,} configurations evaluated in {t_eval:.1f} s; {len(allf):,} feasible; {len(meets):,} meet P90 <= {args.deadline_days:g} days")
     print(cheapest[show].to_string(index=False, float_format=lambda x: f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"))
-    print("spot stops paying above (revocations per instance-hour):", crossings)
+    print("spot stops paying (dearer than on-demand, or no spot plan meets the deadline) at revocations per instance-hour:", crossings)
     print(f"Pareto front: {len(front)} points")
     return 0
 
