@@ -2,30 +2,42 @@
 
 A space file is a scenario (``model``, ``training``, ``cluster``, ``plan``) plus ``objectives`` and
 ``constraints``. Any leaf may be ``[a, b, c]`` (choices) or ``{min, max, step?, log?}`` (a range).
-``model`` and ``cluster.gpu`` may be lists of preset / catalog ids. Derived knobs are part of the
-space: ``dp = gpus / (tp*pp*cp)`` unless ``plan.dp`` is given, in which case
-``gpus = tp*pp*cp*dp``; ``cluster.nodes`` sets ``gpus = nodes * gpus_per_node``.
+``model`` and ``cluster.gpu`` may be lists of preset / catalog ids. A hardware override list may
+hold ``null`` meaning "the catalog value of the chosen GPU" (``nvlink_gbps: [null, 1800]``).
+Derived knobs are part of the space: ``dp = gpus / (tp*pp*cp)`` unless ``plan.dp`` is given, in
+which case ``gpus = tp*pp*cp*dp``; ``cluster.nodes`` sets ``gpus = nodes * gpus_per_node``.
+Choices that break a divisibility rule whatever the other knobs are (``tp`` not dividing the heads,
+``pp`` not dividing the layers, ...) are pruned when the space is parsed (:attr:`SearchSpace.pruned`),
+so samplers do not spend trials on them; combinations that break a rule remain and are reported
+infeasible (``valid`` False).
 
-:meth:`SearchSpace.evaluate` maps arrays of choices (one array per dimension) to the model's
-columns and returns every metric plus ``feasible`` (divisibility rules, memory fit, budget).
+A point is a row of floats, one per dimension: the choice *index* for a finite dimension, the value
+for a continuous range. :meth:`SearchSpace.evaluate_rows` maps an ``(n, d)`` array of rows to
+every metric of the model plus ``feasible`` (divisibility rules, memory fit, budget),
+``within_budget`` and ``violation_<key>`` -- with no Python loop per row.
 """
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from .. import hardware
 from ..errors import CosearchError
 from ..model import evaluate as model_evaluate
-from ..model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
+from ..model.columns import CATEGORICAL_CODES, INPUT_COLUMNS, broadcast_columns
+from ..model.feasibility import RULES, valid_mask
 from ..model.profile import DEFAULT_PROFILE, Profile
 from ..presets import ARCH_FIELDS, preset, presets
 from ..scenario import HARDWARE_OVERRIDES, parse_scenario, read_yaml
+
+logger = logging.getLogger(__name__)
 
 #: Metrics a study may optimize, and their direction.
 MAXIMIZE = {"mfu", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu"}
@@ -40,6 +52,14 @@ CONSTRAINT_METRICS = {
 }
 SECTIONS = ("model", "training", "cluster", "plan")
 _SIZE_KEYS = ("gpus", "dp")  # derived below from gpus / nodes / dp
+#: Dimensions that the divisibility rules read (pruning enumerates their sub-product).
+STRUCTURAL = {
+    "model", "training.global_batch", "training.attention", "training.precision", "cluster.gpu", "cluster.gpus",
+    "cluster.nodes", "cluster.gpus_per_node", "plan.tp", "plan.pp", "plan.cp", "plan.dp", "plan.microbatch",
+    "plan.interleave", "plan.zero_group",
+} | {f"model.{k}" for k in ARCH_FIELDS}
+#: Largest structural sub-product enumerated for pruning.
+PRUNE_LIMIT = 1 << 21
 
 
 def direction(metric: str) -> str:
@@ -62,9 +82,52 @@ class Dimension:
     def size(self) -> float:
         return float(len(self.choices)) if self.choices is not None else math.inf
 
+    @property
+    def finite(self) -> bool:
+        return self.choices is not None
+
     def values(self, index: np.ndarray) -> list[Any] | np.ndarray:
         """Choice values at integer indices."""
         return np.asarray(self.choices, dtype=object)[index]
+
+    def table(self) -> np.ndarray:
+        """Choices as floats (``None`` -> NaN, booleans -> 0/1); numeric or boolean dims only."""
+        return np.array([np.nan if c is None else float(c) for c in self.choices], dtype=float)
+
+    @property
+    def is_words(self) -> bool:
+        """Categorical with non-boolean values (preset names, GPU ids, recompute modes)."""
+        return self.kind == "categorical" and not all(isinstance(c, bool) for c in self.choices)
+
+    def value(self, x: float) -> Any:
+        """The scenario value of one row entry (index for finite dims, value for ranges)."""
+        if self.choices is not None:
+            return self.choices[int(x)]
+        if self.kind == "int":
+            return int(round(x))
+        return float(x)
+
+
+class _Cat:
+    """A column of words as integer codes into ``names`` (no object array per configuration)."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, codes: np.ndarray, names: Sequence[Any]) -> None:
+        self.codes = np.asarray(codes, dtype=np.intp)
+        self.names = list(names)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def lookup(self, fn) -> np.ndarray:
+        table = np.array([fn(x) for x in self.names], dtype=float)
+        return table[self.codes]
+
+    @classmethod
+    def of(cls, values: Any) -> "_Cat":
+        codes, uniques = pd.factorize(np.asarray(values, dtype=object), sort=False)
+        return cls(codes, list(uniques))
 
 
 @dataclass
@@ -74,6 +137,9 @@ class SearchSpace:
     objectives: list[str]
     constraints: dict[str, float] = field(default_factory=dict)
     source: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+    pruned: dict[str, list[Any]] = field(default_factory=dict)
+    valid_fraction: float | None = None  # of the structural sub-product, when it was enumerated
 
     # ----------------------------------------------------------------------------- structure
     @property
@@ -84,6 +150,11 @@ class SearchSpace:
     def directions(self) -> list[str]:
         return [direction(m) for m in self.objectives]
 
+    @property
+    def budget_metrics(self) -> list[str]:
+        """Metrics bounded by the space's constraints, in constraint order."""
+        return [CONSTRAINT_METRICS[k] for k in self.constraints]
+
     def dim(self, path: str) -> Dimension:
         for d in self.dims:
             if d.path == path:
@@ -92,6 +163,10 @@ class SearchSpace:
 
     def is_finite(self) -> bool:
         return all(d.choices is not None for d in self.dims)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The space as given (JSON-able), for storing with a study."""
+        return copy.deepcopy(self.raw)
 
     # ----------------------------------------------------------------------------- evaluation
     def evaluate(self, assign: Mapping[str, Sequence[Any] | np.ndarray], profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
@@ -109,6 +184,10 @@ class SearchSpace:
             out[f"violation_{key}"] = v
         return out
 
+    def evaluate_rows(self, rows: np.ndarray, profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
+        """Metrics for an ``(n, d)`` array of rows (choice indices / range values)."""
+        return self.evaluate(self.assign_from_rows(rows), profile)
+
     def violations(self, metrics: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Budget constraint values (<= 0 satisfied), relative to the bound."""
         res = {}
@@ -124,13 +203,10 @@ class SearchSpace:
         cols: dict[str, Any] = {}
         # model: a preset name (fixed or chosen) or explicit fields
         model = get.raw("model")
-        if isinstance(model, np.ndarray) and model.dtype == object:
-            names = sorted(set(model.tolist()))
-            table = {name: preset(name) for name in names}
-            idx = np.searchsorted(np.array(names, dtype=object), model)
+        if isinstance(model, _Cat):
+            table = {name: preset(name) for name in model.names}
             for key in ARCH_FIELDS:
-                vals = np.array([float(table[nm].get(key, _arch_default(key, table[nm]))) for nm in names])
-                cols[key] = vals[idx]
+                cols[key] = model.lookup(lambda nm, key=key: float(_arch_default(key, table[nm])))
         else:
             arch = preset(model) if isinstance(model, str) else dict(model)
             for key in ARCH_FIELDS:
@@ -142,20 +218,23 @@ class SearchSpace:
         cols["attention"] = get.coded("training.attention", "flash")
         # cluster: catalog lookups by GPU id, then overrides
         gpu = get.raw("cluster.gpu")
-        gpu_names = sorted(set(np.atleast_1d(gpu).tolist()))
-        gidx = np.searchsorted(np.array(gpu_names, dtype=object), np.atleast_1d(gpu)) if len(gpu_names) > 1 else 0
+        if isinstance(gpu, _Cat):
+            gpu_names, gidx = gpu.names, gpu.codes
+        else:
+            gpu_names, gidx = [gpu], 0
         cat = {g: hardware.gpu(g) for g in gpu_names}
         for key in HARDWARE_OVERRIDES + ("matmul_efficiency",):
             table = np.array([float(cat[g][key]) for g in gpu_names])
             cols[key] = table[gidx]
-        prec = np.atleast_1d(get.raw("training.precision", "bf16"))
+        prec = get.raw("training.precision", "bf16")
         prec_names = ("bf16", "fp16", "fp8")
         peak_table = np.array([[_peak(cat[g], p) for p in prec_names] for g in gpu_names])
-        pidx = np.array([prec_names.index(p) for p in prec]) if prec.size > 1 else prec_names.index(prec[0])
+        pidx = prec.lookup(prec_names.index).astype(np.intp) if isinstance(prec, _Cat) else prec_names.index(prec)
         cols["peak_tflops"] = peak_table[gidx, pidx]
         for key in HARDWARE_OVERRIDES:
             if get.has(f"cluster.{key}"):
-                cols[key] = get.number(f"cluster.{key}")
+                v = get.number(f"cluster.{key}")
+                cols[key] = np.where(np.isnan(v), cols[key], v)  # null choice: catalog value
         if get.has("cluster.gpus_per_node") and not get.has("cluster.nvlink_domain"):
             node_scoped = np.array([cat[g]["nvlink_domain"] <= cat[g]["gpus_per_node"] for g in gpu_names])[gidx]
             cols["nvlink_domain"] = np.where(node_scoped, cols["gpus_per_node"], cols["nvlink_domain"])
@@ -185,6 +264,48 @@ class SearchSpace:
             cols["dp"] = cols["gpus"] / mp
         return {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in cols.items()}, n
 
+    # ----------------------------------------------------------------------------- rows
+    def assign_from_rows(self, rows: np.ndarray) -> dict[str, Any]:
+        """Per-dimension value arrays (words as codes) of an ``(n, d)`` array of rows."""
+        rows = np.asarray(rows, dtype=float).reshape(-1, len(self.dims))
+        out: dict[str, Any] = {}
+        for j, d in enumerate(self.dims):
+            col = rows[:, j]
+            if d.choices is None:
+                out[d.path] = np.round(col) if d.kind == "int" else col
+                continue
+            idx = col.astype(np.intp)
+            out[d.path] = _Cat(idx, d.choices) if d.is_words else d.table()[idx]
+        return out
+
+    def values_of_row(self, row: Sequence[float]) -> dict[str, Any]:
+        """Scenario values by dimension path of one row."""
+        return {d.path: d.value(x) for d, x in zip(self.dims, row)}
+
+    def row_of_values(self, values: Mapping[str, Any]) -> np.ndarray:
+        """Inverse of :meth:`values_of_row` (raises CosearchError for a value not in the space)."""
+        row = np.empty(len(self.dims))
+        for j, d in enumerate(self.dims):
+            v = values[d.path]
+            if d.choices is None:
+                row[j] = float(v)
+                continue
+            for i, c in enumerate(d.choices):
+                if c == v and type(c) is not bool or c is v:
+                    row[j] = i
+                    break
+            else:
+                raise CosearchError(d.path, f"value {v!r} is not one of the choices {d.choices}")
+        return row
+
+    def rows_of_flat(self, flat: np.ndarray) -> np.ndarray:
+        """Rows of flat (mixed-radix) positions in the Cartesian product of a finite space."""
+        shape = tuple(int(d.size) for d in self.dims)
+        if not shape:
+            return np.zeros((len(flat), 0))
+        idx = np.unravel_index(np.asarray(flat, dtype=np.int64), shape)
+        return np.stack(idx, axis=1).astype(float)
+
     # ----------------------------------------------------------------------------- enumeration
     def index_grid(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """Per-dimension choice indices of flat (mixed-radix) positions in the Cartesian product."""
@@ -192,30 +313,99 @@ class SearchSpace:
         idx = np.unravel_index(flat, shape) if shape else ()
         return {d.path: i for d, i in zip(self.dims, idx)}
 
-    def assign_from_indices(self, indices: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {}
+    def assign_from_indices(self, indices: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for d in self.dims:
-            arr = np.asarray(d.choices, dtype=object)[indices[d.path]]
-            out[d.path] = arr if d.kind == "categorical" and not _all_numeric(d.choices) else arr.astype(float)
+            idx = np.asarray(indices[d.path], dtype=np.intp)
+            out[d.path] = _Cat(idx, d.choices) if d.is_words else d.table()[idx]
         return out
 
     def iter_chunks(self, chunk: int = 262_144) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
         """Yield (flat positions, assignment) over the whole finite space, ``chunk`` at a time."""
-        if not self.is_finite():
-            cont = [d.path for d in self.dims if d.choices is None]
-            raise CosearchError(cont[0], "exhaustive search needs finite choices: give the range a step")
+        self._require_finite("exhaustive search")
         total = int(self.size)
         for start in range(0, total, chunk):
             flat = np.arange(start, min(start + chunk, total), dtype=np.int64)
             yield flat, self.assign_from_indices(self.index_grid(flat))
 
+    def _require_finite(self, what: str) -> None:
+        if not self.is_finite():
+            cont = [d.path for d in self.dims if d.choices is None]
+            raise CosearchError(cont[0], f"{what} needs finite choices: give the range a step")
+
     # ----------------------------------------------------------------------------- scenarios
     def scenario(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """The complete scenario dict of one point (values by dimension path)."""
-        sc = copy.deepcopy({k: v for k, v in self.base.items() if k in SECTIONS})
+        """The complete scenario dict of one point (values by dimension path).
+
+        ``None`` (catalog value) drops the override; ``cluster.nodes`` becomes ``cluster.gpus``
+        (nodes x gpus per node); with ``plan.dp`` and no GPU count, ``cluster.gpus`` is derived.
+        The result passes :func:`cosearch.scenario.parse_scenario` for every valid point.
+        """
+        sc = _copy_tree({k: v for k, v in self.base.items() if k in SECTIONS})
         for path, value in values.items():
-            _set_path(sc, path, _plain(value))
+            if value is None:
+                _del_path(sc, path)
+            else:
+                _set_path(sc, path, _plain(value))
+        cluster = sc.setdefault("cluster", {})
+        plan = sc.get("plan") or {}
+        if "nodes" in cluster:
+            nodes = cluster.pop("nodes")
+            per_node = cluster.get("gpus_per_node") or hardware.gpu(cluster["gpu"])["gpus_per_node"]
+            cluster["gpus"] = _plain(nodes * per_node)
+        elif "gpus" not in cluster and plan.get("dp") is not None:
+            cluster["gpus"] = _plain(plan.get("tp", 1) * plan.get("pp", 1) * plan.get("cp", 1) * plan["dp"])
         return sc
+
+    def scenarios(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        """Scenario dicts of many rows (one dict per row: inherent to the per-trial record)."""
+        return [self.scenario(self.values_of_row(r)) for r in np.asarray(rows).reshape(-1, len(self.dims))]
+
+    # ----------------------------------------------------------------------------- pruning
+    def prune(self) -> None:
+        """Drop choices that break a divisibility rule for every value of the other knobs.
+
+        Enumerates the sub-product of the dimensions the rules read (when it has at most
+        :data:`PRUNE_LIMIT` points), other dimensions held at their first choice. Raises a
+        one-line error when no combination is valid at all.
+        """
+        struct = [d for d in self.dims if d.path in STRUCTURAL and d.finite]
+        if not struct or any(d.path in STRUCTURAL and not d.finite for d in self.dims):
+            return
+        sub = int(np.prod([d.size for d in struct]))
+        if sub > PRUNE_LIMIT:
+            logger.info("space: %d structural combinations, too many to prune", sub)
+            return
+        shape = tuple(int(d.size) for d in struct)
+        idx = np.unravel_index(np.arange(sub, dtype=np.int64), shape)
+        assign: dict[str, Any] = {}
+        pos = {d.path: i for i, d in enumerate(struct)}
+        for d in self.dims:
+            ix = idx[pos[d.path]] if d.path in pos else np.zeros(sub, dtype=np.intp)
+            if d.choices is None:
+                assign[d.path] = np.full(sub, d.low if d.kind == "float" else round(d.low), dtype=float)
+            else:
+                assign[d.path] = _Cat(ix, d.choices) if d.is_words else d.table()[ix]
+        cols, _ = self.columns(assign)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            full = broadcast_columns(cols)
+            ok = valid_mask(full)
+        self.valid_fraction = float(ok.mean())
+        if not ok.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                counts = [(int(np.count_nonzero(~r.ok(full))), r) for r in RULES]
+            _, worst = max(counts, key=lambda t: t[0])
+            raise CosearchError(worst.field, f"no valid combination in the space: every point breaks a rule "
+                                f"(most often: {worst.message.split('(')[0].strip()})")
+        for d in struct:
+            used = np.zeros(int(d.size), dtype=bool)
+            used[np.unique(idx[pos[d.path]][ok])] = True
+            if used.all():
+                continue
+            dropped = [c for c, u in zip(d.choices, used) if not u]
+            d.choices = [c for c, u in zip(d.choices, used) if u]
+            self.pruned[d.path] = dropped
+            logger.info("space: dropped %s choices %s (never valid)", d.path, dropped)
 
 
 # --------------------------------------------------------------------------------- parsing
@@ -245,11 +435,27 @@ def _peak(entry: Mapping[str, Any], precision: str) -> float:
     return float(v) if v else np.nan
 
 
+def _copy_tree(d: Any) -> Any:
+    """Copy of nested dicts and lists (the base scenario holds nothing else)."""
+    if isinstance(d, dict):
+        return {k: _copy_tree(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_copy_tree(v) for v in d]
+    return d
+
+
 def _set_path(d: dict, path: str, value: Any) -> None:
     parts = path.split(".")
     for p in parts[:-1]:
         d = d.setdefault(p, {})
     d[parts[-1]] = value
+
+
+def _del_path(d: dict, path: str) -> None:
+    parts = path.split(".")
+    for p in parts[:-1]:
+        d = d.get(p, {})
+    d.pop(parts[-1], None)
 
 
 class _Resolver:
@@ -270,8 +476,18 @@ class _Resolver:
         return d
 
     def raw(self, path: str, default: Any = None) -> Any:
+        """Assigned column (numbers as a float array, words as :class:`_Cat`) or the base value."""
         if path in self.assign:
-            return np.asarray(self.assign[path], dtype=object) if not np.issubdtype(np.asarray(self.assign[path]).dtype, np.number) else np.asarray(self.assign[path])
+            v = self.assign[path]
+            if isinstance(v, _Cat):
+                return v
+            arr = np.asarray(v)
+            if arr.dtype == object or arr.dtype.kind in "USb":
+                if arr.dtype.kind != "b" and all(isinstance(x, (int, float)) and not isinstance(x, bool) or x is None
+                                                for x in pd.unique(arr.ravel())):
+                    return np.array([np.nan if x is None else float(x) for x in arr.tolist()])
+                return _Cat.of(arr)
+            return arr
         v = self._base(path)
         return default if v is None else v
 
@@ -279,26 +495,35 @@ class _Resolver:
         v = self.raw(path, default)
         if v is None:
             raise CosearchError(path, "required field is missing")
-        arr = np.asarray(v)
-        if arr.dtype == object:
-            arr = np.array([float(x) for x in arr.tolist()])
-        return arr.astype(float)
+        if isinstance(v, _Cat):
+            return v.lookup(lambda x: np.nan if x is None else float(x))
+        return np.asarray(v, dtype=float)
 
     def coded(self, path: str, default: str | None) -> np.ndarray | float:
         v = self.raw(path, default)
         codes = CATEGORICAL_CODES[path.rsplit(".", 1)[-1]]
-        arr = np.atleast_1d(np.asarray(v, dtype=object))
-        out = np.array([float(codes[x]) for x in arr.tolist()])
-        return out if np.ndim(v) else out[0]
+        if isinstance(v, _Cat):
+            return v.lookup(lambda x: float(codes[x]))
+        return float(codes[v])
 
 
 def _dimension(path: str, spec: Any) -> Dimension:
     if isinstance(spec, list):
         if not spec:
             raise CosearchError(path, "a list of choices must not be empty")
+        if any(v is None for v in spec):
+            if not (path.startswith("cluster.") and path.split(".", 1)[1] in HARDWARE_OVERRIDES):
+                raise CosearchError(path, "null (catalog value) is allowed only in cluster hardware overrides")
+            rest = [v for v in spec if v is not None]
+            if not rest or not _all_numeric(rest) or isinstance(rest[0], bool):
+                raise CosearchError(path, "null may only stand beside numbers")
+            kind = "int" if all(float(v).is_integer() for v in rest) else "float"
+            return Dimension(path, kind, choices=[None] + sorted(set(rest)))
         if _all_numeric(spec) and not isinstance(spec[0], bool):
             kind = "int" if all(float(v).is_integer() for v in spec) else "float"
             return Dimension(path, kind, choices=sorted(set(spec)))
+        if not all(isinstance(v, (str, bool)) for v in spec):
+            raise CosearchError(path, f"choices must be all numbers, all words or all booleans (got {spec!r})")
         return Dimension(path, "categorical", choices=list(dict.fromkeys(spec)))
     allowed = {"min", "max", "step", "log"}
     extra = set(spec) - allowed
@@ -309,13 +534,15 @@ def _dimension(path: str, spec: Any) -> Dimension:
     lo, hi, step, log = spec["min"], spec["max"], spec.get("step"), bool(spec.get("log", False))
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi)) or lo > hi:
         raise CosearchError(path, f"range needs numbers with min <= max (got min={lo!r}, max={hi!r})")
-    if step is not None and (not isinstance(step, (int, float)) or step <= 0):
+    if step is not None and (not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0):
         raise CosearchError(path, f"step must be a positive number (got {step!r})")
     if log and (lo <= 0 or step is not None):
         raise CosearchError(path, "a log range needs min > 0 and no step")
     is_int = all(isinstance(x, int) for x in (lo, hi)) and (step is None or isinstance(step, int))
     if is_int:
         st = step or 1
+        if (hi - lo) // st + 1 > 10_000_000:
+            raise CosearchError(path, f"range has {(hi - lo) // st + 1} values; give a larger step")
         choices = list(range(int(lo), int(hi) + 1, int(st)))
         return Dimension(path, "int", choices=choices, low=lo, high=hi, step=st, log=log)
     choices = list(np.round(np.arange(lo, hi + step / 2, step), 12)) if step else None
@@ -331,7 +558,7 @@ def _walk(d: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield path, v
 
 
-def parse_space(data: Any, source: str = "") -> SearchSpace:
+def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpace:
     """Validate a space dict: every choice must be a value the scenario format accepts."""
     if not isinstance(data, Mapping):
         raise CosearchError("space", "expected a mapping with model, training, cluster, plan, objectives")
@@ -341,10 +568,17 @@ def parse_space(data: Any, source: str = "") -> SearchSpace:
     objectives = data.get("objectives") or ["step_time_s"]
     if isinstance(objectives, str):
         objectives = [objectives]
+    if not isinstance(objectives, list):
+        raise CosearchError("objectives", f"expected a list of metric names (got {objectives!r})")
     for m in objectives:
         if m not in OBJECTIVE_METRICS:
             raise CosearchError("objectives", f"unknown metric {m!r}; allowed: {', '.join(OBJECTIVE_METRICS)}")
-    constraints = dict(data.get("constraints") or {})
+    if len(set(objectives)) != len(objectives):
+        raise CosearchError("objectives", "each metric may appear only once")
+    constraints = data.get("constraints") or {}
+    if not isinstance(constraints, Mapping):
+        raise CosearchError("constraints", f"expected a mapping like {{max_cost_usd: 2.0e6}} (got {constraints!r})")
+    constraints = dict(constraints)
     for k, v in constraints.items():
         if k not in CONSTRAINT_METRICS:
             raise CosearchError(f"constraints.{k}", f"unknown constraint; allowed: {', '.join(CONSTRAINT_METRICS)}")
@@ -360,7 +594,14 @@ def parse_space(data: Any, source: str = "") -> SearchSpace:
         value = data[section]
         if section == "model" and (isinstance(value, (str, list))):
             if isinstance(value, list):
-                dims.append(_dimension("model", value))
+                d = _dimension("model", value)
+                if d.kind != "categorical" or not all(isinstance(v, str) for v in d.choices):
+                    raise CosearchError("model", "a list of models must name presets")
+                for name in d.choices:
+                    preset(name)
+                dims.append(d)
+            else:
+                preset(value)
             base["model"] = value
             continue
         if not isinstance(value, Mapping):
@@ -370,11 +611,30 @@ def parse_space(data: Any, source: str = "") -> SearchSpace:
             if isinstance(spec, list) or (isinstance(spec, Mapping) and set(spec) <= {"min", "max", "step", "log"}):
                 dims.append(_dimension(path, spec))
             _set_path(base, path, spec)
-    if "tokens" not in (base.get("training") or {}) and any(m in ("time_to_train_days", "cost_to_train_usd", "energy_to_train_mwh") for m in objectives):
-        raise CosearchError("training.tokens", "needed by the objectives time_to_train_days / cost_to_train_usd")
-    space = SearchSpace(base=base, dims=dims, objectives=list(objectives), constraints=constraints, source=source)
+    if "tokens" not in (base.get("training") or {}) and any(
+        m in ("time_to_train_days", "cost_to_train_usd", "energy_to_train_mwh")
+        for m in list(objectives) + [CONSTRAINT_METRICS[k] for k in constraints]
+    ):
+        raise CosearchError("training.tokens", "needed by time_to_train_days / cost_to_train_usd / energy objectives and budgets")
+    raw = {k: copy.deepcopy(v) for k, v in data.items()}
+    raw["objectives"] = list(objectives)
+    raw["constraints"] = dict(constraints)
+    space = SearchSpace(base=base, dims=dims, objectives=list(objectives), constraints=constraints, source=source,
+                        raw=_jsonable(raw))
     _check_choices(space)
+    if prune:
+        space.prune()
     return space
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
 
 
 def _first_value(d: Dimension) -> Any:
@@ -383,19 +643,35 @@ def _first_value(d: Dimension) -> Any:
 
 def _check_choices(space: SearchSpace) -> None:
     """Every choice of every dimension must pass the scenario schema (types, names, ranges)."""
-    first = {d.path: _first_value(d) for d in space.dims}
-    template = space.scenario(first)
-    if "cluster" in template and "nodes" in template["cluster"]:
-        template["cluster"].pop("nodes")
-        template["cluster"]["gpus"] = 1
-    template.setdefault("cluster", {}).setdefault("gpus", 1)
+    template = copy.deepcopy({k: v for k, v in space.base.items() if k in SECTIONS})
+    for d in space.dims:
+        v = _first_value(d)
+        if v is None:
+            _del_path(template, d.path)
+        else:
+            _set_path(template, d.path, _plain(v))
+    cluster = template.setdefault("cluster", {})
+    if not isinstance(cluster, dict):
+        raise CosearchError("cluster", f"expected a mapping (got {type(cluster).__name__})")
+    cluster.pop("nodes", None)
+    if not isinstance(cluster.get("gpus"), int) or isinstance(cluster.get("gpus"), bool):
+        cluster["gpus"] = 1
+    try:
+        parse_scenario(template)
+    except CosearchError as err:
+        raise CosearchError(err.field, err.message) from None
     for d in space.dims:
         if d.path == "cluster.nodes":
+            for v in d.choices if d.choices is not None else [d.low, d.high]:
+                if not isinstance(v, int) or v <= 0:
+                    raise CosearchError(d.path, f"choice {v!r} is not allowed: must be a positive integer")
             continue
         for v in (d.choices if d.choices is not None else [d.low, d.high]):
             trial = copy.deepcopy(template)
             if d.path == "model":
                 trial["model"] = v
+            elif v is None:
+                _del_path(trial, d.path)
             else:
                 _set_path(trial, d.path, _plain(v))
             try:
@@ -405,4 +681,5 @@ def _check_choices(space: SearchSpace) -> None:
 
 
 def load_space(path: str | Path) -> SearchSpace:
+    """Read and validate a space YAML file (one-line :class:`CosearchError` when malformed)."""
     return parse_space(read_yaml(path), source=str(path))

@@ -1,0 +1,109 @@
+"""Exhaustive enumeration: the exact Pareto front of a finite space, in bounded memory.
+
+The space is enumerated in chunks (mixed radix over the choice indices, :meth:`SearchSpace.iter_chunks`),
+each chunk evaluated in one vectorized model call, reduced to its own front, and folded into the
+running front with :func:`cosearch.search.pareto.merge_fronts` (exact, first duplicate wins).
+The front is taken over the objectives *and* every metric a budget query can bound
+(the space's constraints, plus ``gpus`` and, when ``training.tokens`` is set,
+``cost_to_train_usd`` and ``time_to_train_days``), over feasible points only, so that
+``cosearch best --max-...`` answers exactly from the stored front.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..search.pareto import merge_fronts, pareto_mask
+from ..search.space import SearchSpace, direction
+
+logger = logging.getLogger(__name__)
+
+#: Metrics ``cosearch best`` can bound, always part of an exhaustive front when finite.
+QUERY_METRICS = ("cost_to_train_usd", "gpus", "time_to_train_days")
+CHUNK = 262_144
+
+
+def front_metrics(space: SearchSpace) -> list[str]:
+    """Objectives, budgeted metrics and query metrics (deduplicated, objectives first)."""
+    has_tokens = "tokens" in (space.base.get("training") or {})
+    extra = [m for m in QUERY_METRICS if m == "gpus" or has_tokens]
+    out: list[str] = []
+    for m in list(space.objectives) + space.budget_metrics + extra:
+        if m not in out:
+            out.append(m)
+    return out
+
+
+@dataclass
+class ExhaustiveResult:
+    rows: np.ndarray                 # (f, d) rows of the front
+    front_metrics: list[str]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable[[int, int], None] | None = None) -> ExhaustiveResult:
+    """Enumerate every point of a finite space; return the exact front and counts."""
+    space._require_finite("exhaustive search")
+    metrics = front_metrics(space)
+    senses = [direction(m) for m in metrics]
+    total = int(space.size)
+    t0 = time.perf_counter()
+    counts = {"points": 0, "valid": 0, "fits": 0, "within_budget": 0, "feasible": 0}
+    best = {m: None for m in space.objectives}
+    acc: tuple[np.ndarray, np.ndarray] | None = None
+    pending: list[tuple[np.ndarray, np.ndarray]] = []
+    pending_rows = 0
+    for flat, assign in space.iter_chunks(chunk):
+        out = space.evaluate(assign)
+        valid = np.asarray(out["valid"], dtype=bool)
+        fits = valid & np.asarray(out["fits"], dtype=bool)
+        feas = np.asarray(out["feasible"], dtype=bool)
+        counts["points"] += flat.size
+        counts["valid"] += int(valid.sum())
+        counts["fits"] += int(fits.sum())
+        counts["within_budget"] += int((fits & np.asarray(out["within_budget"], dtype=bool)).sum())
+        counts["feasible"] += int(feas.sum())
+        if feas.any():
+            pts = np.stack([np.asarray(out[m], dtype=float)[feas] for m in metrics], axis=1)
+            ids = flat[feas]
+            mask = pareto_mask(pts, senses)
+            pending.append((pts[mask], ids[mask]))
+            pending_rows += int(mask.sum())
+            for m in space.objectives:
+                v = np.asarray(out[m], dtype=float)[feas]
+                v = v[np.isfinite(v)]
+                if v.size:
+                    b = float(v.max() if direction(m) == "maximize" else v.min())
+                    if best[m] is None or (b > best[m] if direction(m) == "maximize" else b < best[m]):
+                        best[m] = b
+            if pending_rows > 4 * chunk:
+                acc = merge_fronts(([acc] if acc is not None else []) + pending, senses)
+                pending, pending_rows = [], 0
+        if progress is not None:
+            progress(counts["points"], total)
+    if pending:
+        acc = merge_fronts(([acc] if acc is not None else []) + pending, senses)
+    elapsed = time.perf_counter() - t0
+    front_ids = np.sort(acc[1]) if acc is not None else np.zeros(0, dtype=np.int64)
+    rows = space.rows_of_flat(front_ids)
+    # the objectives-only front, for the summary
+    n_obj_front = 0
+    if len(rows):
+        obj = acc[0][:, : len(space.objectives)]
+        n_obj_front = int(pareto_mask(obj, space.directions).sum())
+    summary = {
+        **counts,
+        "front_size": int(len(rows)),
+        "objective_front_size": n_obj_front,
+        "front_metrics": metrics,
+        "best": best,
+        "elapsed_s": round(elapsed, 4),
+        "points_per_s": round(counts["points"] / elapsed, 1) if elapsed > 0 else None,
+    }
+    logger.info("exhaustive: %d points in %.2f s, %d feasible, front %d (%d on the objectives)",
+                counts["points"], elapsed, counts["feasible"], len(rows), n_obj_front)
+    return ExhaustiveResult(rows=rows, front_metrics=metrics, summary=summary)
