@@ -25,6 +25,7 @@ import logging
 import math
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -275,6 +276,7 @@ def run_study(
     callback: Callback | None = None,
     timeout: float | None = None,
     profile: Profile = DEFAULT_PROFILE,
+    budget: Any = None,
 ) -> StudyResult:
     """Run (or resume) study ``study_name`` with ``sampler`` until it holds ``n_trials`` trials.
 
@@ -282,7 +284,10 @@ def run_study(
     optuna RDB URL, or an optuna storage object. ``callback(event)`` is called after each batch
     with ``{"done", "total", "new", "feasible", "elapsed_s"}`` (progress display belongs to the
     caller). ``timeout`` (seconds) stops between batches. Ctrl-C finishes the batch in flight,
-    saves it and re-raises ``KeyboardInterrupt``.
+    saves it and re-raises ``KeyboardInterrupt``. ``budget`` (optuna samplers only): an object
+    with ``done()``, ``slots(k)`` (context manager yielding how many trials may be created now),
+    ``track(ids)`` and ``wait()``, e.g. :class:`cosearch.scaleout.TrialBudget`, to share one
+    trial target between several worker processes.
     """
     method = check_method(sampler)
     space = _as_space(space)
@@ -298,7 +303,7 @@ def run_study(
     if method == "exhaustive":
         return _run_exhaustive(space, study, callback, profile)
     if method in OPTUNA_SAMPLERS:
-        return _run_optuna(space, study, method, int(n_trials), seed, batch_size, callback, timeout, profile)
+        return _run_optuna(space, study, method, int(n_trials), seed, batch_size, callback, timeout, profile, budget)
     return _run_scipy(space, study, method, int(n_trials), seed, callback, timeout, profile)
 
 
@@ -318,7 +323,8 @@ def _finish(study: optuna.Study, method: str, kind: str, t0: float, n_before: in
 
 
 def _run_optuna(space: SearchSpace, study: optuna.Study, method: str, n_trials: int, seed: int | None,
-                batch_size: int | None, callback: Callback | None, timeout: float | None, profile: Profile) -> StudyResult:
+                batch_size: int | None, callback: Callback | None, timeout: float | None, profile: Profile,
+                budget: Any = None) -> StudyResult:
     t0 = time.perf_counter()
     codec = ParamCodec(space)
     persisted = study.get_trials(deepcopy=False)
@@ -355,16 +361,27 @@ def _run_optuna(space: SearchSpace, study: optuna.Study, method: str, n_trials: 
             if n_done >= target:
                 break
         b = min(m.batch_size, target - n_done)
-        asked = [mirror.ask() for _ in range(b)]
-        rows = np.stack([codec.suggest(t) for t in asked])
-        sys_attrs = [{k: v for k, v in mirror._storage.get_trial_system_attrs(t._trial_id).items()
-                      if k not in _SKIP_SYSTEM_ATTRS} for t in asked]
         ids: list[int] = []
+        asked: list[optuna.Trial] = []
         records: list[TrialRecord] | None = None
         finished = False
         try:
-            with deferred_interrupt():
-                ids = writer.create_running(rows, sys_attrs, owner)
+            if budget is not None and budget.done():
+                break
+            with budget.slots(b) if budget is not None else nullcontext(b) as grant:
+                if grant > 0:
+                    asked = [mirror.ask() for _ in range(grant)]
+                    rows = np.stack([codec.suggest(t) for t in asked])
+                    sys_attrs = [{k: v for k, v in mirror._storage.get_trial_system_attrs(t._trial_id).items()
+                                  if k not in _SKIP_SYSTEM_ATTRS} for t in asked]
+                    with deferred_interrupt():
+                        ids = writer.create_running(rows, sys_attrs, owner)
+                    if budget is not None:
+                        budget.track(ids)
+            if not asked:
+                if budget is None or budget.wait():
+                    break
+                continue
             _debug_pause()
             records = ev.records(rows)
             with deferred_interrupt():
@@ -375,7 +392,8 @@ def _run_optuna(space: SearchSpace, study: optuna.Study, method: str, n_trials: 
             if ids and not finished:
                 try:
                     with deferred_interrupt():
-                        writer.finish(ids, records if records is not None else ev.records(rows))
+                        records = records if records is not None else ev.records(rows)
+                        writer.finish(ids, records)
                     finished = True
                 except BaseException:  # noqa: BLE001 - leave nothing RUNNING
                     writer.fail(ids)
@@ -384,11 +402,14 @@ def _run_optuna(space: SearchSpace, study: optuna.Study, method: str, n_trials: 
                 writer.fail(ids)
             raise
         seen.update(ids)
-        if finished:
-            for t, rec in zip(asked, records if records is not None else ev.records(rows)):
+        if finished and records is not None:
+            for t, rec in zip(asked, records):
                 _tell_mirror(mirror, t, rec, m.penalize, space.directions)
-            n_done += b
-            n_feas += sum(1 for r in records or [] if r.feasible and r.state == TrialState.COMPLETE)
+            n_done += len(asked)
+            n_feas += sum(1 for r in records if r.feasible and r.state == TrialState.COMPLETE)
+        else:  # interrupted before anything was stored: drop the asked trials from the mirror
+            for t in asked:
+                mirror.tell(t, state=TrialState.FAIL)
         if callback is not None:
             callback({"done": n_done, "total": target, "new": n_done - n_before, "feasible": n_feas,
                       "elapsed_s": time.perf_counter() - t0})

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 #: Metrics ``cosearch best`` can bound, always part of an exhaustive front when finite.
 QUERY_METRICS = ("cost_to_train_usd", "gpus", "time_to_train_days")
-CHUNK = 262_144
+CHUNK = 32_768  # measured fastest (cache-sized temporaries): 0.44 s per 288k points vs 0.66 s at 262k
 
 
 def front_metrics(space: SearchSpace) -> list[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -558,10 +559,25 @@ def _walk(d: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield path, v
 
 
+_FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+
+
+def _numbers(x: Any) -> Any:
+    """YAML 1.1 reads ``3.0e11`` (no exponent sign) as a string: make such strings floats."""
+    if isinstance(x, Mapping):
+        return {k: _numbers(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_numbers(v) for v in x]
+    if isinstance(x, str) and _FLOAT_RE.match(x.strip()):
+        return float(x)
+    return x
+
+
 def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpace:
     """Validate a space dict: every choice must be a value the scenario format accepts."""
     if not isinstance(data, Mapping):
         raise CosearchError("space", "expected a mapping with model, training, cluster, plan, objectives")
+    data = _numbers(data)
     unknown = sorted(set(data) - set(SECTIONS) - {"objectives", "constraints", "name", "description"})
     if unknown:
         raise CosearchError(unknown[0], "unknown key; allowed: model, training, cluster, plan, objectives, constraints, name, description")

@@ -1,0 +1,281 @@
+"""``cosearch run | best | pareto | studies``: optimization studies from the command line.
+
+Thin layer over :mod:`cosearch.study`: parse, call, print (progress bar and tables with rich).
+Bad input (malformed space, unknown sampler or study, empty feasible region) is a one-line
+``error: ...`` with exit code 2; ``best`` with nothing under the limits exits 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ..errors import CosearchError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..samplers import METHODS
+
+    p = sub.add_parser("run", help="search a space: run (or resume) a study and show its Pareto front")
+    p.add_argument("space", help="search space YAML file (see searchspaces/)")
+    p.add_argument("--study", required=True, help="study name; the same name resumes the study")
+    _storage_arg(p)
+    p.add_argument("--sampler", default="tpe", help=f"search method: {', '.join(METHODS)} (default tpe)")
+    p.add_argument("--trials", type=int, default=1000, help="trials the study should hold in total (default 1000; "
+                   "ignored by exhaustive)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--batch-size", type=int, default=None, help="trials asked per vectorized evaluation (default: per sampler)")
+    p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds (between batches)")
+    p.add_argument("--rows", type=int, default=15, help="front rows to print (default 15)")
+    p.set_defaults(func=run_command)
+
+    p = sub.add_parser("best", help="best feasible configuration of a study under a budget (no re-run)")
+    p.add_argument("--study", required=True)
+    _storage_arg(p)
+    p.add_argument("--objective", default=None, help="metric to optimize (default: the study's first objective)")
+    p.add_argument("--max-cost-usd", type=float, default=None, help="upper bound on cost_to_train_usd")
+    p.add_argument("--max-gpus", type=float, default=None, help="upper bound on the GPU count")
+    p.add_argument("--max-days", type=float, default=None, help="upper bound on time_to_train_days")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=best_command)
+
+    p = sub.add_parser("pareto", help="Pareto front of a study (table, CSV, plot)")
+    p.add_argument("--study", required=True)
+    _storage_arg(p)
+    p.add_argument("--csv", default=None, help="write the front to this CSV file")
+    p.add_argument("--plot", default=None, help="write a plot: FILE.png (matplotlib) or FILE.html (plotly)")
+    p.add_argument("--rows", type=int, default=30, help="front rows to print (default 30)")
+    p.set_defaults(func=pareto_command)
+
+    p = sub.add_parser("studies", help="studies in a storage with counts and best values")
+    _storage_arg(p)
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=studies_command)
+
+
+def _storage_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", default=None, help="journal file path or optuna RDB URL (sqlite:///x.db, "
+                   "postgresql://...); default ./cosearch_studies.journal")
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    return str(v)
+
+
+# ------------------------------------------------------------------------------------- run
+def run_command(args: argparse.Namespace) -> int:
+    from ..samplers import check_method
+    from ..search.space import load_space
+    from ..study import pareto_front, run_study
+
+    method = check_method(args.sampler)
+    if method != "exhaustive" and args.trials < 1:
+        raise CosearchError("--trials", f"must be a positive integer (got {args.trials})")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
+    space = load_space(args.space)
+    console = Console(stderr=True)
+    unit = "points" if method == "exhaustive" else "trials"
+    progress = Progress(TextColumn(f"[bold]{args.study}[/] {method}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn(unit), TextColumn("{task.fields[feas]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                        console=console, transient=False, disable=not console.is_terminal)
+    task = None
+
+    def callback(ev: dict) -> None:
+        nonlocal task
+        feas = f"feasible {ev['feasible']}" if ev.get("feasible") is not None else ""
+        if task is None:
+            task = progress.add_task("run", total=ev["total"], feas=feas)
+        progress.update(task, completed=ev["done"], total=ev["total"], feas=feas)
+
+    try:
+        with progress:
+            res = run_study(space, args.study, args.storage, sampler=method, n_trials=args.trials, seed=args.seed,
+                            batch_size=args.batch_size, callback=callback, timeout=args.timeout)
+    except KeyboardInterrupt:
+        print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
+              file=sys.stderr)
+        return 130
+    out = Console()
+    s = res.summary
+    if res.kind == "exhaustive":
+        out.print(f"[bold]{args.study}[/]: exhaustive over {s.get('points', 0):,} points in {s.get('elapsed_s', 0):.2f} s "
+                  f"({s.get('feasible', 0):,} feasible); stored front: {res.n_trials} configurations")
+    else:
+        out.print(f"[bold]{args.study}[/]: {res.n_trials} trials ({res.n_new} new, {res.trials_per_s:,.0f}/s), "
+                  f"{res.n_feasible} feasible; sampler {method}")
+    front = pareto_front(res.study)
+    if front.empty:
+        out.print(f"no feasible configuration found in {res.n_trials} trials of study {args.study!r}")
+        return 1
+    print_front(out, front, res.study.user_attrs["cosearch"]["objectives"], args.rows)
+    return 0
+
+
+_SCENARIO_COLS = ("model", "cluster.gpu", "cluster.gpus", "cluster.network_gbps", "cluster.nvlink_gbps", "cluster.hbm_gib",
+                  "plan.tp", "plan.pp", "plan.dp", "plan.cp", "plan.microbatch", "plan.interleave", "plan.recompute",
+                  "plan.sequence_parallel", "plan.zero", "training.global_batch", "training.precision")
+
+
+def print_front(console: Console, front: Any, objectives: Sequence[str], rows: int) -> None:
+    cols = ["trial"] + list(objectives) + [c for c in ("mfu", "memory_gib", "gpus") if c not in objectives]
+    varying = [c for c in _SCENARIO_COLS if c in front.columns and front[c].astype(str).nunique() > 1
+               or c in ("cluster.gpu", "plan.tp", "plan.pp") and c in front.columns]
+    t = Table(title=f"Pareto front ({len(front)} configurations" + (f", first {rows}" if len(front) > rows else "") + ")",
+              title_justify="left")
+    for c in cols + varying:
+        t.add_column(c.split(".")[-1], justify="right" if c not in ("model", "cluster.gpu", "plan.recompute") else "left")
+    for _, r in front.head(rows).iterrows():
+        t.add_row(*[_fmt(r.get(c)) for c in cols + varying])
+    console.print(t)
+
+
+# ------------------------------------------------------------------------------------- best
+def best_command(args: argparse.Namespace) -> int:
+    from ..study import best, load_study, why_nothing
+
+    study = load_study(args.study, args.storage)
+    kw = dict(objective=args.objective, max_cost_usd=args.max_cost_usd, max_gpus=args.max_gpus, max_days=args.max_days)
+    res = best(study, **kw)
+    if res is None:
+        print(why_nothing(study, **kw), file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    c = Console()
+    limits = ", ".join(f"{k} {v:g}" for k, v in res["limits"].items()) or "no limits"
+    c.print(f"[bold]best {res['objective']}[/] ({res['direction']}) in study {res['study']!r} under {limits}: "
+            f"[bold]{_fmt(res['value'])}[/] (trial {res['trial']})")
+    m = res["metrics"]
+    t = Table(show_header=False, box=None)
+    for key in ("step_time_s", "mfu", "tokens_per_s", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd",
+                "energy_to_train_mwh"):
+        if m.get(key) is not None:
+            t.add_row(key, _fmt(m[key]))
+    c.print(t)
+    c.print("[bold]scenario[/]")
+    import yaml
+
+    c.print(yaml.safe_dump(res["scenario"], sort_keys=False).rstrip(), markup=False, highlight=False)
+    return 0
+
+
+# ------------------------------------------------------------------------------------- pareto
+def pareto_command(args: argparse.Namespace) -> int:
+    from ..study import load_study, pareto_front, study_info
+
+    study = load_study(args.study, args.storage)
+    info = study_info(study)
+    front = pareto_front(study)
+    if args.plot:
+        suffix = Path(args.plot).suffix.lower()
+        if suffix not in (".png", ".html"):
+            raise CosearchError("--plot", f"give a .png or .html file (got {args.plot!r})")
+    c = Console()
+    if front.empty:
+        print(f"no feasible configuration in study {args.study!r}", file=sys.stderr)
+        return 1
+    if args.csv:
+        front.to_csv(args.csv, index=False)
+    if args.plot:
+        plot_front(study, info, front, args.plot)
+    print_front(c, front, info["objectives"], args.rows)
+    for what, path in (("csv", args.csv), ("plot", args.plot)):
+        if path:
+            c.print(f"wrote {what}: {path}")
+    return 0
+
+
+def _axes(objectives: Sequence[str]) -> tuple[str, str]:
+    if len(objectives) >= 2:
+        return objectives[0], objectives[1]
+    other = "cost_to_train_usd" if objectives[0] != "cost_to_train_usd" else "time_to_train_days"
+    return objectives[0], other
+
+
+def plot_front(study: Any, info: dict, front: Any, path: str) -> None:
+    """Scatter of every feasible stored trial (grey) and the front (highlighted) on the first two
+    objectives (for one objective: against cost, or time when cost is the objective)."""
+    import numpy as np
+
+    from ..study import feasible_trials
+
+    xk, yk = _axes(info["objectives"])
+    pts = [(t.user_attrs["metrics"].get(xk), t.user_attrs["metrics"].get(yk)) for t in feasible_trials(study)]
+    pts = np.array([p for p in pts if p[0] is not None and p[1] is not None], dtype=float).reshape(-1, 2)
+    fr = front[[xk, yk]].dropna().astype(float).sort_values(xk)
+    title = f"{study.study_name}: {len(front)} on the front of {len(pts)} feasible"
+    if path.lower().endswith(".html"):
+        import plotly.graph_objects as go
+
+        fig = go.Figure()
+        fig.add_trace(go.Scattergl(x=pts[:, 0], y=pts[:, 1], mode="markers", name="feasible",
+                                   marker=dict(color="lightgray", size=5)))
+        hover = [f"trial {int(r.trial)}" for r in front.itertuples()]
+        fig.add_trace(go.Scatter(x=fr[xk], y=fr[yk], mode="lines+markers", name="Pareto front",
+                                 line=dict(shape="hv"), text=hover, marker=dict(size=8)))
+        fig.update_layout(title=title, xaxis_title=xk, yaxis_title=yk, template="plotly_white")
+        fig.write_html(path, include_plotlyjs=True)
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    if len(pts):
+        ax.scatter(pts[:, 0], pts[:, 1], s=8, c="lightgray", label="feasible trials")
+    ax.step(fr[xk], fr[yk], where="post", color="C1", lw=1)
+    ax.scatter(fr[xk], fr[yk], s=30, c="C1", label="Pareto front", zorder=3)
+    ax.set_xlabel(xk)
+    ax.set_ylabel(yk)
+    ax.set_title(title, fontsize=10)
+    if len(pts) and (pts > 0).all() and pts[:, 0].max() / max(pts[:, 0].min(), 1e-300) > 30:
+        ax.set_xscale("log")
+    if len(pts) and (pts > 0).all() and pts[:, 1].max() / max(pts[:, 1].min(), 1e-300) > 30:
+        ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------- studies
+def studies_command(args: argparse.Namespace) -> int:
+    from ..study import list_studies
+
+    rows = list_studies(args.storage)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    c = Console()
+    if not rows:
+        c.print("no studies in this storage")
+        return 0
+    t = Table(title="studies")
+    for col in ("study", "kind", "method", "trials", "feasible", "running", "best"):
+        t.add_column(col, justify="right" if col in ("trials", "feasible", "running") else "left")
+    for r in rows:
+        best = "  ".join(f"{k}={_fmt(v)}" for k, v in r["best"].items())
+        t.add_row(r["study"], r["kind"], str(r["method"] or "-"), str(r["trials"]), str(r["feasible"]), str(r["running"]), best)
+    c.print(t)
+    return 0
