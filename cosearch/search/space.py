@@ -553,7 +553,7 @@ def _dimension(path: str, spec: Any) -> Dimension:
 def _walk(d: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for k, v in d.items():
         path = f"{prefix}.{k}" if prefix else k
-        if isinstance(v, Mapping) and not (set(v) and set(v) <= {"min", "max", "step", "log"}):
+        if isinstance(v, Mapping) and not (set(v) & {"min", "max"}):
             yield from _walk(v, path)
         else:
             yield path, v
@@ -624,7 +624,7 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
             raise CosearchError(section, f"expected a mapping (got {type(value).__name__})")
         base[section] = {}
         for path, spec in _walk(value, section):
-            if isinstance(spec, list) or (isinstance(spec, Mapping) and set(spec) <= {"min", "max", "step", "log"}):
+            if isinstance(spec, (list, Mapping)):
                 dims.append(_dimension(path, spec))
             _set_path(base, path, spec)
     if "tokens" not in (base.get("training") or {}) and any(

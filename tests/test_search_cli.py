@@ -1,0 +1,143 @@
+"""CLI of studies: one-line errors with exit code 2, best/pareto/studies, and resume after SIGKILL
+of a real `cosearch run` subprocess on the default journal storage."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from cosearch.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = {
+    "model": "gpt3-175b",
+    "training": {"global_batch": 1536, "tokens": 3.0e11, "precision": "bf16"},
+    "cluster": {"gpu": ["a100-80gb", "h100-sxm"], "gpus": [512, 1024]},
+    "plan": {"tp": [2, 4, 8], "pp": [4, 8, 16], "microbatch": [1, 2], "recompute": ["none", "selective", "full"],
+             "zero": [0, 1]},
+    "objectives": ["time_to_train_days", "cost_to_train_usd"],
+    "constraints": {"max_cost_usd": 1.2e6},
+}
+
+
+def write_space(tmp_path: Path, **over) -> str:
+    d = dict(SPACE, **over)
+    p = tmp_path / "space.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return str(p)
+
+
+def run_cli(args, capsys):
+    rc = main(args)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("content, match", [
+    ("model: gpt3-175b\ntraining: {global_batch: 8\n", "malformed YAML"),
+    ("model: gpt3-175b\ntraining: {global_batch: 8}\ncluster: {gpu: a100-80gb, gpus: 8}\nplan: {tp: [1, 3, 5]}\n"
+     "objectives: [speed]\n", "unknown metric"),
+    ("model: gpt3-175b\ntraining: {global_batch: 8}\ncluster: {gpu: a100-80gb, gpus: 8}\nplan: {tp: {min: 4, max: 1}}\n",
+     "min <= max"),
+])
+def test_malformed_space_one_line_exit_2(tmp_path, capsys, content, match):
+    p = tmp_path / "bad.yaml"
+    p.write_text(content)
+    rc, out, err = run_cli(["run", str(p), "--study", "x", "--storage", str(tmp_path / "j.journal")], capsys)
+    assert rc == 2
+    assert err.startswith("error: ") and match in err and err.count("\n") == 1
+
+
+def test_unknown_sampler_and_empty_region_exit_2(tmp_path, capsys):
+    sp = write_space(tmp_path)
+    rc, _, err = run_cli(["run", sp, "--study", "x", "--sampler", "magic", "--storage", str(tmp_path / "j")], capsys)
+    assert rc == 2 and "unknown sampler 'magic'" in err and err.count("\n") == 1
+    empty = write_space(tmp_path, constraints={"max_cost_usd": 5.0})
+    for sampler in ("tpe", "exhaustive"):
+        rc, _, err = run_cli(["run", empty, "--study", f"e-{sampler}", "--sampler", sampler, "--storage",
+                              str(tmp_path / "j")], capsys)
+        assert rc == 2 and "empty feasible region" in err and err.count("\n") == 1
+    rc, _, err = run_cli(["best", "--study", "nope", "--storage", str(tmp_path / "j")], capsys)
+    assert rc == 2 and "no study named 'nope'" in err and err.count("\n") == 1
+
+
+def test_run_best_pareto_studies(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # default storage: ./cosearch_studies.journal
+    sp = write_space(tmp_path)
+    rc, out, _ = run_cli(["run", sp, "--study", "s", "--sampler", "nsga2", "--trials", "100"], capsys)
+    assert rc == 0 and "Pareto front" in out and (tmp_path / "cosearch_studies.journal").exists()
+    rc, out, _ = run_cli(["best", "--study", "s", "--max-gpus", "512", "--json"], capsys)
+    assert rc == 0
+    res = json.loads(out)
+    assert res["metrics"]["gpus"] <= 512 and res["scenario"]["cluster"]["gpus"] <= 512
+    rc, out, err = run_cli(["best", "--study", "s", "--max-cost-usd", "1"], capsys)
+    assert rc == 1 and "nothing qualifies" in err
+    rc, out, _ = run_cli(["pareto", "--study", "s", "--csv", "f.csv", "--plot", "f.png"], capsys)
+    assert rc == 0 and (tmp_path / "f.csv").read_text().startswith("trial,")
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+    rc, _, _ = run_cli(["pareto", "--study", "s", "--plot", "f.html"], capsys)
+    assert rc == 0 and "plotly" in (tmp_path / "f.html").read_text()[:100000].lower()
+    rc, out, _ = run_cli(["studies", "--json"], capsys)
+    assert rc == 0 and json.loads(out)[0]["trials"] == 100
+
+
+def _states(journal: Path) -> dict[int, tuple]:
+    st = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+    study = optuna.load_study(study_name="k", storage=st)
+    return {t.number: (t.state, tuple(t.values or ()), json.dumps(t.params, sort_keys=True)) for t in study.get_trials()}
+
+
+def test_resume_after_sigkill(tmp_path):
+    """A real `cosearch run` killed with SIGKILL while a batch is RUNNING: finished trials are kept
+    as they were, the RUNNING ones are marked FAIL by the next run, which completes to N."""
+    sp = write_space(tmp_path)
+    journal = tmp_path / "cosearch_studies.journal"
+    env = dict(os.environ, COSEARCH_DEBUG_BATCH_PAUSE="0.3", PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "cosearch", "run", sp, "--study", "k", "--sampler", "random", "--trials", "60",
+           "--batch-size", "4", "--seed", "1"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    before = {}
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            time.sleep(0.05)
+            if not journal.exists():
+                continue
+            try:
+                states = _states(journal)
+            except Exception:  # study not created yet
+                continue
+            done = [n for n, s in states.items() if s[0] == TrialState.COMPLETE]
+            running = [n for n, s in states.items() if s[0] == TrialState.RUNNING]
+            if len(done) >= 8 and running:
+                proc.send_signal(signal.SIGKILL)
+                break
+        proc.wait(timeout=30)
+        before = _states(journal)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    finished = {n: s for n, s in before.items() if s[0] == TrialState.COMPLETE}
+    running = [n for n, s in before.items() if s[0] == TrialState.RUNNING]
+    assert finished and running
+    env.pop("COSEARCH_DEBUG_BATCH_PAUSE")
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    after = _states(journal)
+    for n, s in finished.items():  # no finished trial lost or changed
+        assert after[n] == s
+    for n in running:  # the crash's RUNNING trials are FAIL now
+        assert after[n][0] == TrialState.FAIL
+    complete = [n for n, s in after.items() if s[0] == TrialState.COMPLETE]
+    assert len(complete) == 60  # N in total, none duplicated
+    assert not [n for n, s in after.items() if s[0] == TrialState.RUNNING]
