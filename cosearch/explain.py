@@ -213,11 +213,14 @@ def changed_scenario(sc: Scenario, updates: Mapping[str, Any]) -> dict[str, Any]
     return data
 
 
-def rank_changes(sc: Scenario, profile: Profile = DEFAULT_PROFILE, changes: list[Change] | None = None) -> list[dict[str, Any]]:
+def rank_changes(sc: Scenario, profile: Profile = DEFAULT_PROFILE, changes: list[Change] | None = None,
+                 stats: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Evaluate every change in one vectorized call; feasible ones, fastest first.
 
     Each entry: ``label``, ``kind``, ``updates``, ``step_time_s``, ``memory_gib``,
     ``cost_usd_per_step``, ``gain`` (fraction of the current step time saved) and ``speedup``.
+    A change that only adds to a listed one without being faster is left out. ``stats``, when
+    given, receives ``evaluated`` and ``feasible`` counts.
     """
     base = scenario_columns(sc)
     changes = neighbours(sc, base) if changes is None else changes
@@ -234,6 +237,8 @@ def rank_changes(sc: Scenario, profile: Profile = DEFAULT_PROFILE, changes: list
     n = len(changes)
     step = np.broadcast_to(out["step_time_s"], (n,))
     feasible = np.broadcast_to(out["feasible"], (n,)) & np.isfinite(step)
+    if stats is not None:
+        stats.update(evaluated=n, feasible=int(feasible.sum()))
     base_step = float(np.asarray(evaluate(base, profile)["step_time_s"]).reshape(-1)[0])
     ranked = []
     kept: list[int] = []
@@ -307,7 +312,8 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
     ]
     links = _links(cols)
     candidates = neighbours(sc, cols)
-    ranked = rank_changes(sc, profile or DEFAULT_PROFILE, candidates)
+    stats: dict[str, int] = {}
+    ranked = rank_changes(sc, profile or DEFAULT_PROFILE, candidates, stats)
     useful = [e for e in ranked if e["gain"] >= MIN_GAIN or not r["fits"]]
     alternatives = [_verified(sc, e, r, profile) for e in useful[:top]]
     plan_only = [e for e in useful if e["kind"] == "plan"]
@@ -324,5 +330,6 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
         "best_plan_change": best_plan,
         "alternatives": alternatives,
         "candidates_evaluated": len(candidates),
-        "candidates_feasible": len(ranked),
+        "candidates_feasible": stats.get("feasible", 0),
+        "candidates_listed": len(ranked),
     }

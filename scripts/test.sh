@@ -3,4 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -e ".[test]"
+# headless Chromium for tests/test_browser.py (Debian packages; quiet, and only when missing)
+if ! { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } \
+    || ! command -v chromedriver >/dev/null 2>&1; then
+    bash scripts/install-browser.sh
+fi
 python3 -m pytest -q "$@"
