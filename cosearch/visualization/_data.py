@@ -260,6 +260,16 @@ def axis_range(values: Any, log: bool) -> list[float] | None:
     return [lo - pad, hi + pad]
 
 
+def log_ticks(rng: Sequence[float], metric: str) -> dict[str, Any]:
+    """Plotly ``tickvals``/``ticktext`` at 1, 2 and 5 per decade inside a log axis range (log10 units),
+    so ticks read 20, 50, 100 rather than plotly's bare 2, 5 digits."""
+    lo, hi = rng
+    vals = [m * 10.0 ** e for e in range(math.floor(lo), math.ceil(hi) + 1) for m in (1, 2, 5)]
+    vals = [v for v in vals if lo <= math.log10(v) <= hi]
+    text = [fmt_metric(metric, v) if "usd" in metric else f"{v:,.4g}" for v in vals]
+    return {"tickvals": vals, "ticktext": text}
+
+
 def log_axis(values: Any) -> bool:
     """Whether positive values spanning more than 10x read better on a log axis."""
     v = np.asarray(values, dtype=float)

@@ -5,7 +5,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ._data import StudyData, axis_range, log_axis, metric_label
+from ._data import StudyData, axis_range, log_axis, log_ticks, metric_label
 
 
 def running_best(values: np.ndarray, feasible: np.ndarray, direction: str) -> np.ndarray:
@@ -41,8 +41,9 @@ def plot_history(data: StudyData) -> go.Figure | None:
         # the axis spans the feasible values: infeasible outliers would flatten the best-so-far line
         log = log_axis(vals[feas])
         rng = axis_range(vals[feas], log)
-        fig.update_yaxes(type="log" if log else "linear", row=i, col=1, **({"range": rng} if rng else {}))
-        fig.update_yaxes(title_text=metric_label(o), row=i, col=1, **({"tickprefix": "$"} if "usd" in o else {}))
+        ticks = log_ticks(rng, o) if (log and rng) else {}
+        fig.update_yaxes(type="log" if log else "linear", row=i, col=1, **({"range": rng} if rng else {}), **ticks)
+        fig.update_yaxes(title_text=metric_label(o), row=i, col=1, **({"tickprefix": "$"} if "usd" in o and not log else {}))
     fig.update_xaxes(title_text="trial", row=k, col=1)
     fig.update_layout(template="plotly_white", height=260 + 220 * k, title="Search history",
                       legend=dict(orientation="h", y=-0.12), margin=dict(l=80, r=30, t=70, b=70))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ._data import StudyData, axis_range, hover_text, log_axis, metric_label
+from ._data import StudyData, axis_range, hover_text, log_axis, log_ticks, metric_label
 
 
 def plot_pareto_front(data: StudyData) -> go.Figure:
@@ -61,6 +61,7 @@ def plot_pareto_front(data: StudyData) -> go.Figure:
         log = log_axis(ref[col])
         rng = axis_range(ref[col], log)
         update = fig.update_xaxes if axis == "x" else fig.update_yaxes
-        update(type="log" if log else "linear", **({"range": rng} if rng else {}), **({"tickprefix": "$"} if "usd" in col else {}))
+        ticks = log_ticks(rng, col) if (log and rng) else ({"tickprefix": "$"} if "usd" in col else {})
+        update(type="log" if log else "linear", **({"range": rng} if rng else {}), **ticks)
     return fig
 

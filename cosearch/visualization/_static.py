@@ -22,7 +22,7 @@ def _plt():
 
 def _format_axis(axis, metric: str) -> None:
     """Plain numbers on log axes, dollars for costs (no '1e6' offset text)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     if metric == "trial":
         return
@@ -30,9 +30,10 @@ def _format_axis(axis, metric: str) -> None:
         fmt = FuncFormatter(lambda v, _: fmt_metric(metric, v) if v > 0 else "$0")
     else:
         fmt = FuncFormatter(lambda v, _: f"{v:,.4g}")
-    axis.set_major_formatter(fmt)
     if axis.get_scale() == "log":
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         axis.set_minor_formatter(NullFormatter())
+    axis.set_major_formatter(fmt)
 
 
 def _bar_labels(data: StudyData) -> list[str]:
@@ -51,7 +52,8 @@ def pareto_png(data: StudyData, path: Path) -> Path:
     inf = df[~df["feasible"]]
     if len(inf) and x in inf:
         ax.scatter(inf[x], inf[y], marker="x", s=14, color="#d62728", alpha=0.3, label=f"infeasible ({len(inf)})")
-    ax.scatter(others[x], others[y], s=14, color="#888888", alpha=0.5, label=f"feasible ({len(feas)})")
+    if len(others):
+        ax.scatter(others[x], others[y], s=14, color="#888888", alpha=0.5, label=f"feasible ({len(feas)})")
     if len(front):
         if len(objs) >= 3:
             sc = ax.scatter(front[x], front[y], s=60, c=front[objs[2]], cmap="viridis", edgecolors="black", zorder=3,

@@ -108,7 +108,9 @@ def render_html(data: StudyData, figs: dict[str, go.Figure], notes: list[str]) -
         f"{len(data.trials)} trials stored, {feas} feasible, {len(data.front)} on the front",
     ]
     if isinstance(summary.get("points"), (int, float)):
-        meta.append(f"{summary['points']:,.0f} points in the space")
+        enumerated = (f", {summary['feasible']:,.0f} feasible" if data.kind == "exhaustive"
+                      and isinstance(summary.get("feasible"), (int, float)) else "")
+        meta.append(f"{summary['points']:,.0f} points in the space{enumerated}")
     cons = info.get("constraints") or {}
     if cons:
         meta.append("constraints " + ", ".join(
