@@ -119,7 +119,7 @@ def run_scipy(method: str, space: SearchSpace, sink: Sink, budget: int, seed: in
     if not prob.free:
         sink(prob.rows(np.zeros((1, 0))))
         return
-    pop = int(np.clip(budget // 25, 16, 15 * n))
+    pop = int(np.clip(budget // 40, 16, 5 * n))
     # one run per objective, then eps-constraint runs on the first objective
     n_runs = 1 if k == 1 else max(k + 1, min(12, budget // max(8 * pop, 200)))
     per_run = [budget // n_runs] * n_runs
@@ -158,7 +158,7 @@ def run_scipy(method: str, space: SearchSpace, sink: Sink, budget: int, seed: in
                     differential_evolution(f, bounds, integrality=prob.integrality, vectorized=True, updating="deferred",
                                            popsize=max(1, math.ceil(pop / n)), maxiter=10_000, tol=1e-8, polish=False,
                                            init="sobol" if n > 1 else "latinhypercube", seed=s, mutation=(0.5, 1.0),
-                                           recombination=0.7)
+                                           recombination=0.9)
                 else:
                     x0 = np.array([rng.uniform(lo, hi) for lo, hi in bounds])
                     dual_annealing(f, bounds, maxfun=max(left, 2), seed=s, no_local_search=True, x0=x0)
