@@ -13,8 +13,9 @@ worker processes; start-up of the cluster is reported apart from the sweep.
 
 Prints a table and saves experiments/results/bench_scale.json. The machine's load average is
 recorded too: on a shared 2-core machine other processes move these numbers.
-Environment: BENCH_TRIALS (default 400 random / 200 tpe), BENCH_WORKERS (default "1,2,4"),
-BENCH_SAMPLERS (default "random,tpe"), BENCH_SKIP (comma list of "pg", "journal", "sweep").
+Environment: BENCH_TRIALS_RANDOM / BENCH_TRIALS_TPE (default 400 / 200), BENCH_WORKERS (default
+"1,2,4"), BENCH_SAMPLERS (default "random,tpe"), BENCH_SKIP (comma list of "pg", "journal",
+"sweep"), BENCH_SWEEP_BIG=1 (8 global batch sizes: a 9.4-million-point sweep), BENCH_OUT (JSON path).
 """
 from __future__ import annotations
 
@@ -41,9 +42,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 WORKERS = [int(x) for x in os.environ.get("BENCH_WORKERS", "1,2,4").split(",")]
 SAMPLERS = os.environ.get("BENCH_SAMPLERS", "random,tpe").split(",")
 SKIP = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
-TRIALS = {"random": 400, "tpe": 200}
-if os.environ.get("BENCH_TRIALS"):
-    TRIALS = {k: int(os.environ["BENCH_TRIALS"]) for k in TRIALS}
+TRIALS = {"random": int(os.environ.get("BENCH_TRIALS_RANDOM", 400)), "tpe": int(os.environ.get("BENCH_TRIALS_TPE", 200))}
+SWEEP_BIG = os.environ.get("BENCH_SWEEP_BIG") == "1"
 BATCH = 16
 
 
@@ -138,7 +138,10 @@ def bench_sweep(space_text: str) -> list[dict[str, Any]]:
 
     import yaml
 
-    space = parse_space(yaml.safe_load(space_text))
+    data = yaml.safe_load(space_text)
+    if SWEEP_BIG:
+        data["training"]["global_batch"] = [512, 768, 1024, 1536, 2048, 3072, 4096, 6144]
+    space = parse_space(data)
     rows = []
     run_exhaustive(space)  # warm caches (catalog, presets) so the single-process number is fair
     load0 = _load()
@@ -167,13 +170,14 @@ def bench_sweep(space_text: str) -> list[dict[str, Any]]:
 def main() -> None:
     small, big = _test_spaces()
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                       "label": os.environ.get("BENCH_MACHINE", platform.node()),
                                        "optuna": optuna.__version__, "load_at_start": _load()},
                            "batch_size": BATCH}
     if not {"pg", "journal"} <= SKIP:
         print("sampled studies (cosearch worker processes on one study):", flush=True)
         out["trials"] = bench_trials(small)
     if "sweep" not in SKIP:
-        print("exhaustive sweep of 1,179,648 points:", flush=True)
+        print(f"exhaustive sweep of {(8 if SWEEP_BIG else 1) * 1179648:,} points:", flush=True)
         out["sweep"] = bench_sweep(big)
     out["machine"]["load_at_end"] = _load()
     print()
@@ -187,10 +191,10 @@ def main() -> None:
         for r in out["sweep"]:
             print(f"{r['backend']:18s} {r['workers']:7d} {r['setup_s']:10.2f} {r['sweep_s']:8.2f} "
                   f"{r['sweep_points_per_s']:17,d} {r['points_per_s']:15,d}")
-    dest = HERE / "results" / "bench_scale.json"
+    dest = Path(os.environ.get("BENCH_OUT") or HERE / "results" / "bench_scale.json")
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"\nsaved {dest.relative_to(ROOT)}")
+    print(f"\nsaved {dest}")
 
 
 if __name__ == "__main__":
