@@ -142,7 +142,7 @@ def _divisors_near(x: int) -> list[int]:
 
 def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
     """Every plan one move away from ``sc`` (same GPUs) and a few hardware upgrades."""
-    pl, cl = sc.plan, sc.cluster
+    pl = sc.plan
     out: list[Change] = []
     for mb in _divisors_near(pl.microbatch):
         out.append(Change(f"microbatch {pl.microbatch} -> {mb}", "plan", {"plan.microbatch": mb}))

@@ -7,7 +7,7 @@ vectorized model takes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, Union, get_args
+from typing import Any, Literal, Mapping, Optional, get_args
 
 import numpy as np
 import yaml

@@ -22,6 +22,7 @@ finished trial in batches; ``exhaustive`` writes only the exact front and a summ
 from __future__ import annotations
 
 import logging
+import json
 import math
 import time
 import warnings
@@ -44,7 +45,7 @@ from ._trials import (
 from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
 from .samplers import (
-    OPTUNA_SAMPLERS, SCIPY_METHODS, BudgetExhausted, ParamCodec, check_method, front_metrics, optuna_method,
+    OPTUNA_SAMPLERS, BudgetExhausted, ParamCodec, check_method, optuna_method,
     run_exhaustive, run_scipy,
 )
 from .search.pareto import pareto_mask
@@ -133,7 +134,12 @@ def load_study(study_name: str, storage: BaseStorage | str | None = None) -> opt
         return optuna.load_study(study_name=study_name, storage=st, sampler=optuna.samplers.RandomSampler())
 
 
-def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str, kind: str) -> optuna.Study:
+def _profile_key(profile: Profile) -> dict[str, Any]:
+    return json.loads(json.dumps(profile.model_dump(mode="json"), sort_keys=True))
+
+
+def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str, kind: str,
+                profile: Profile = DEFAULT_PROFILE) -> optuna.Study:
     _quiet_optuna()
     if not isinstance(name, str) or not name.strip():
         raise CosearchError("--study", "give the study a name")
@@ -147,12 +153,15 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
             raise CosearchError("--study", f"study {name!r} was made from a different space; use another --study name")
         if info.get("kind") != kind:
             raise CosearchError("--study", f"study {name!r} is {info.get('kind')}; a {kind} run needs another --study name")
+        if info.get("profile", _profile_key(DEFAULT_PROFILE)) != _profile_key(profile):
+            raise CosearchError("--profile", f"study {name!r} was evaluated with another efficiency profile; resume it "
+                                "with the same --profile, or use another --study name")
         return study
     study = optuna.create_study(study_name=name, storage=storage, directions=space.directions,
                                 sampler=optuna.samplers.RandomSampler())
     study.set_user_attr(ATTR, {
         "space": space.to_dict(), "objectives": list(space.objectives), "directions": list(space.directions),
-        "constraints": dict(space.constraints), "method": method, "kind": kind,
+        "constraints": dict(space.constraints), "method": method, "kind": kind, "profile": _profile_key(profile),
         "summary": {"runs": [], "pruned": {k: list(v) for k, v in space.pruned.items()},
                     "valid_fraction": space.valid_fraction, "size": space.size},
     })
@@ -296,7 +305,7 @@ def run_study(
             raise CosearchError("--trials", f"must be a positive integer (got {n_trials!r})")
     st = _as_storage(storage)
     kind = "exhaustive" if method == "exhaustive" else "sampled"
-    study = _open_study(space, study_name, st, method, kind)
+    study = _open_study(space, study_name, st, method, kind, profile)
     failed = fail_stale_trials(study)
     if failed:
         logger.warning("study %r: %d trial(s) left RUNNING by a dead worker marked FAIL", study_name, failed)
@@ -569,7 +578,8 @@ def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
             if t.user_attrs.get("feasible") is True and isinstance(t.user_attrs.get("metrics"), Mapping)]
 
 
-_LIMITS = {"max_cost_usd": "cost_to_train_usd", "max_gpus": "gpus", "max_days": "time_to_train_days"}
+#: The budgets `best` takes (a subset of the space's constraint keys, same metrics).
+_LIMITS = {k: CONSTRAINT_METRICS[k] for k in ("max_cost_usd", "max_gpus", "max_days")}
 
 
 def _qualifying(trials: Sequence[FrozenTrial], objective: str, limits: Mapping[str, float | None]) -> list[FrozenTrial]:

@@ -1,6 +1,5 @@
 """Cloud provisioning: instance catalog, the scenario's cloud section, transient-server economics."""
 import json
-import math
 import subprocess
 import sys
 

@@ -1,5 +1,4 @@
 """Hand-computed and published numbers for the model's physics, independent of the catalog."""
-import numpy as np
 import pytest
 
 from cosearch.model import communication as comm

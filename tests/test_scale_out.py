@@ -204,7 +204,7 @@ def test_sigkilled_worker_does_not_stop_the_study(pg_url, tmp_path):
     results = _finish(others)
     assert all(rc == 0 for rc, _, _ in results), results
     study = optuna.load_study(study_name=name, storage=storage)
-    evaluated = _check_exact(study, target)
+    _check_exact(study, target)
     trials = study.get_trials(deepcopy=False)
     victims = [t for t in trials if t.system_attrs.get(OWNER_ATTR, {}).get("pid") == victim.pid]
     assert set(held) <= {t.number for t in victims}

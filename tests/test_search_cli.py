@@ -141,3 +141,31 @@ def test_resume_after_sigkill(tmp_path):
     complete = [n for n, s in after.items() if s[0] == TrialState.COMPLETE]
     assert len(complete) == 60  # N in total, none duplicated
     assert not [n for n, s in after.items() if s[0] == TrialState.RUNNING]
+
+
+def test_run_with_calibrated_profile_and_resume_guard(tmp_path, capsys):
+    """`run --profile` evaluates with the user's profile (a slower GEMM scale gives exactly the step
+    times `estimate` gives with that profile), and the study refuses to resume under another profile."""
+    from cosearch.calibration import read_profile_file
+    from cosearch.estimate import estimate
+
+    slow = tmp_path / "slow.yaml"
+    slow.write_text("profile:\n  matmul_scale: 0.6\n  flash_attention_relative: 0.4238\n  fsdp_overlap: 0.0\n")
+    space = write_space(tmp_path)
+    journal = str(tmp_path / "p.journal")
+    rc, _, err = run_cli(["run", space, "--study", "slow", "--storage", journal, "--sampler", "random", "--trials", "30",
+                          "--profile", str(slow)], capsys)
+    assert rc == 0, err
+    prof, _ = read_profile_file(slow)
+    study = optuna.load_study(study_name="slow", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(journal)))
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE and t.user_attrs.get("metrics", {}).get("valid")]
+    assert done
+    for t in done[:5]:
+        scalar = estimate(t.user_attrs["scenario"], prof)["step_time_s"]
+        default = estimate(t.user_attrs["scenario"])["step_time_s"]
+        assert t.user_attrs["metrics"]["step_time_s"] == pytest.approx(scalar, rel=1e-12)
+        assert scalar > default  # 0.6 < the shipped 0.9055: matrix multiplies run slower
+    rc, _, err = run_cli(["run", space, "--study", "slow", "--storage", journal, "--sampler", "random", "--trials", "40"],
+                         capsys)
+    assert rc == 2 and err.startswith("error: --profile") and err.count("\n") == 1

@@ -9,21 +9,15 @@ from rich.table import Table
 
 from ..estimate import estimate
 from ..model.profile import Profile
-from ..scenario import read_yaml
-from ..errors import CosearchError
 
 
 def load_profile(path: str | None) -> Profile | None:
     """A :class:`Profile` from a YAML file (as written by ``cosearch calibrate``), or None."""
     if not path:
         return None
-    data = read_yaml(path) or {}
-    data = data.get("profile", data)
-    try:
-        return Profile.model_validate(data)
-    except Exception as err:  # pydantic ValidationError
-        first = err.errors()[0] if hasattr(err, "errors") else {"loc": (), "msg": str(err)}
-        raise CosearchError(f"{path}:{'.'.join(map(str, first['loc']))}", first["msg"]) from None
+    from ..calibration import read_profile_file
+
+    return read_profile_file(path)[0]
 
 
 def register(sub: argparse._SubParsersAction) -> None:

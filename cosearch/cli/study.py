@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="trials asked per vectorized evaluation (default: per sampler)")
     p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds (between batches)")
     p.add_argument("--rows", type=int, default=15, help="front rows to print (default 15)")
+    p.add_argument("--profile", default=None, help="efficiency profile YAML from `cosearch calibrate` (default: the "
+                   "shipped profile fitted on published runs); a study keeps the profile it started with")
     p.set_defaults(func=run_command)
 
     p = sub.add_parser("best", help="best feasible configuration of a study under a budget (no re-run)")
@@ -83,6 +85,7 @@ def _fmt(v: Any) -> str:
 def run_command(args: argparse.Namespace) -> int:
     from ..samplers import check_method
     from ..search.space import load_space
+    from ..model.profile import DEFAULT_PROFILE
     from ..study import pareto_front, run_study
 
     method = check_method(args.sampler)
@@ -91,6 +94,11 @@ def run_command(args: argparse.Namespace) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
     space = load_space(args.space)
+    profile = DEFAULT_PROFILE
+    if args.profile:
+        from ..calibration import read_profile_file
+
+        profile, _ = read_profile_file(args.profile)
     console = Console(stderr=True)
     unit = "points" if method == "exhaustive" else "trials"
     progress = Progress(TextColumn(f"[bold]{args.study}[/] {method}"), BarColumn(), MofNCompleteColumn(),
@@ -108,12 +116,12 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         with progress:
             res = run_study(space, args.study, args.storage, sampler=method, n_trials=args.trials, seed=args.seed,
-                            batch_size=args.batch_size, callback=callback, timeout=args.timeout)
+                            batch_size=args.batch_size, callback=callback, timeout=args.timeout, profile=profile)
     except KeyboardInterrupt:
         print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
               file=sys.stderr)
         return 130
-    out = Console()
+    out = _console()
     s = res.summary
     if res.kind == "exhaustive":
         out.print(f"[bold]{args.study}[/]: exhaustive over {s.get('points', 0):,} points in {s.get('elapsed_s', 0):.2f} s "
@@ -129,19 +137,28 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-_SCENARIO_COLS = ("model", "cluster.gpu", "cluster.gpus", "cluster.network_gbps", "cluster.nvlink_gbps", "cluster.hbm_gib",
+_SCENARIO_COLS = ("model", "cloud.instance", "cloud.pricing", "cluster.gpu", "cluster.network_gbps", "cluster.nvlink_gbps", "cluster.hbm_gib",
                   "plan.tp", "plan.pp", "plan.dp", "plan.cp", "plan.microbatch", "plan.interleave", "plan.recompute",
                   "plan.sequence_parallel", "plan.zero", "training.global_batch", "training.precision")
 
 
+def _console() -> Console:
+    """Rich console for tables; wide when piped (rich's 80-column default truncates every column)."""
+    c = Console()
+    return c if c.is_terminal else Console(width=200)
+
+
 def print_front(console: Console, front: Any, objectives: Sequence[str], rows: int) -> None:
     cols = ["trial"] + list(objectives) + [c for c in ("mfu", "memory_gib", "gpus") if c not in objectives]
+    if "p90_time_to_train_days" in front.columns and "p90_time_to_train_days" not in objectives:
+        cols.insert(len(objectives) + 1, "p90_time_to_train_days")
     varying = [c for c in _SCENARIO_COLS if c in front.columns and front[c].astype(str).nunique() > 1
                or c in ("cluster.gpu", "plan.tp", "plan.pp") and c in front.columns]
     t = Table(title=f"Pareto front ({len(front)} configurations" + (f", first {rows}" if len(front) > rows else "") + ")",
               title_justify="left")
     for c in cols + varying:
-        t.add_column(c.split(".")[-1], justify="right" if c not in ("model", "cluster.gpu", "plan.recompute") else "left")
+        t.add_column(c.split(".")[-1], justify="right" if c not in ("model", "cluster.gpu", "plan.recompute",
+                                                                      "cloud.instance", "cloud.pricing") else "left")
     for _, r in front.head(rows).iterrows():
         t.add_row(*[_fmt(r.get(c)) for c in cols + varying])
     console.print(t)
@@ -160,14 +177,15 @@ def best_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    c = Console()
+    c = _console()
     limits = ", ".join(f"{k} {v:g}" for k, v in res["limits"].items()) or "no limits"
     c.print(f"[bold]best {res['objective']}[/] ({res['direction']}) in study {res['study']!r} under {limits}: "
             f"[bold]{_fmt(res['value'])}[/] (trial {res['trial']})")
     m = res["metrics"]
     t = Table(show_header=False, box=None)
     for key in ("step_time_s", "mfu", "tokens_per_s", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd",
-                "energy_to_train_mwh"):
+                "energy_to_train_mwh", "p90_time_to_train_days", "p90_cost_to_train_usd", "time_to_accuracy_days",
+                "cost_to_accuracy_usd"):
         if m.get(key) is not None:
             t.add_row(key, _fmt(m[key]))
     c.print(t)
@@ -189,7 +207,7 @@ def pareto_command(args: argparse.Namespace) -> int:
         suffix = Path(args.plot).suffix.lower()
         if suffix not in (".png", ".html"):
             raise CosearchError("--plot", f"give a .png or .html file (got {args.plot!r})")
-    c = Console()
+    c = _console()
     if front.empty:
         print(f"no feasible configuration in study {args.study!r}", file=sys.stderr)
         return 1
@@ -267,7 +285,7 @@ def studies_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    c = Console()
+    c = _console()
     if not rows:
         c.print("no studies in this storage")
         return 0

@@ -10,7 +10,6 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Sequence
 
 import optuna
 from optuna.exceptions import ExperimentalWarning

@@ -35,7 +35,9 @@ from ..model import evaluate as model_evaluate
 from ..model.columns import CATEGORICAL_CODES, INPUT_COLUMNS, broadcast_columns
 from ..model.feasibility import RULES, valid_mask
 from ..model.profile import DEFAULT_PROFILE, Profile
-from ..presets import ARCH_FIELDS, preset, presets
+from ..cloud import CloudSpec, apply_cloud, instance_columns, load_catalog
+from ..cloud.provision import derived_cluster
+from ..presets import ARCH_FIELDS, preset
 from ..scenario import HARDWARE_OVERRIDES, parse_scenario, read_yaml
 
 logger = logging.getLogger(__name__)
@@ -44,20 +46,35 @@ logger = logging.getLogger(__name__)
 MAXIMIZE = {"mfu", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu"}
 OBJECTIVE_METRICS = (
     "step_time_s", "time_to_train_days", "cost_to_train_usd", "cost_usd_per_step", "gpus", "energy_to_train_mwh",
-    "memory_gib", "mfu", "tokens_per_s", "model_tflops_per_gpu",
+    "memory_gib", "mfu", "tokens_per_s", "model_tflops_per_gpu", "time_to_accuracy_days", "cost_to_accuracy_usd",
+    "p90_time_to_train_days", "p90_cost_to_train_usd",
 )
 #: Budget constraints: key -> metric it bounds from above.
 CONSTRAINT_METRICS = {
     "max_cost_usd": "cost_to_train_usd", "max_gpus": "gpus", "max_days": "time_to_train_days",
     "max_step_time_s": "step_time_s", "max_energy_mwh": "energy_to_train_mwh", "max_cost_usd_per_step": "cost_usd_per_step",
+    "max_p90_days": "p90_time_to_train_days", "max_p90_cost_usd": "p90_cost_to_train_usd",
+    "max_days_to_accuracy": "time_to_accuracy_days", "max_cost_usd_to_accuracy": "cost_to_accuracy_usd",
 }
-SECTIONS = ("model", "training", "cluster", "plan")
+#: Metrics that need an input the space must fix: metric -> (field, why).
+_NEEDS = {
+    **{m: ("training.tokens", "time_to_train_days / cost_to_train_usd / energy objectives and budgets")
+       for m in ("time_to_train_days", "cost_to_train_usd", "energy_to_train_mwh", "p90_time_to_train_days",
+                 "p90_cost_to_train_usd")},
+    **{m: ("training.target_tokens", "time_to_accuracy_days / cost_to_accuracy_usd (docs/codesign.md)")
+       for m in ("time_to_accuracy_days", "cost_to_accuracy_usd")},
+}
+#: Metrics that exist only for rented clusters (a ``cloud`` section).
+_CLOUD_ONLY = ("p90_time_to_train_days", "p90_cost_to_train_usd")
+SECTIONS = ("model", "training", "cluster", "plan", "cloud")
+#: Cluster fields an instance type decides; a space with a ``cloud`` section may not set them.
+_CLOUD_DECIDES = ("gpu", "gpus", "nodes", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour")
 _SIZE_KEYS = ("gpus", "dp")  # derived below from gpus / nodes / dp
 #: Dimensions that the divisibility rules read (pruning enumerates their sub-product).
 STRUCTURAL = {
     "model", "training.global_batch", "training.attention", "training.precision", "cluster.gpu", "cluster.gpus",
     "cluster.nodes", "cluster.gpus_per_node", "plan.tp", "plan.pp", "plan.cp", "plan.dp", "plan.microbatch",
-    "plan.interleave", "plan.zero_group",
+    "plan.interleave", "plan.zero_group", "cloud.instance", "cloud.instances",
 } | {f"model.{k}" for k in ARCH_FIELDS}
 #: Largest structural sub-product enumerated for pruning.
 PRUNE_LIMIT = 1 << 21
@@ -175,12 +192,17 @@ class SearchSpace:
         cols, n = self.columns(assign)
         out = model_evaluate(cols, profile)
         out = {k: np.broadcast_to(v, (n,)) if np.ndim(v) == 0 else v for k, v in out.items()}
+        rentable = np.ones(n, dtype=bool)
+        if self.is_cloud:
+            out["feasible"] = rentable
+            out = apply_cloud(out, self._cloud_columns(_Resolver(self.base, assign, n)), self.catalog)
+            rentable = out["spot_available"]
         violations = self.violations(out)
         within = np.ones(n, dtype=bool)
         for v in violations.values():
             within &= v <= 0
         out["within_budget"] = within
-        out["feasible"] = out["valid"] & out["fits"] & within
+        out["feasible"] = out["valid"] & out["fits"] & within & rentable
         for key, v in violations.items():
             out[f"violation_{key}"] = v
         return out
@@ -196,6 +218,36 @@ class SearchSpace:
             value = np.asarray(metrics[CONSTRAINT_METRICS[key]], dtype=float)
             res[key] = np.where(np.isfinite(value), value / bound - 1.0, np.inf)
         return res
+
+    # ----------------------------------------------------------------------------- cloud
+    @property
+    def is_cloud(self) -> bool:
+        """Whether the space rents instances (a ``cloud`` section, docs/cloud.md)."""
+        return isinstance(self.base.get("cloud"), Mapping)
+
+    @property
+    def catalog(self):
+        """The instance catalog of a cloud space (shipped catalog plus ``cloud.catalog``), else None."""
+        if not self.is_cloud:
+            return None
+        extra = self.base["cloud"].get("catalog")
+        return load_catalog(extra) if extra else load_catalog()
+
+    def _cloud_columns(self, get: "_Resolver") -> dict[str, Any]:
+        """:data:`cosearch.cloud.CLOUD_COLUMNS` of the assigned rows: instance codes, counts, spot flags."""
+        cat = self.catalog
+        codes = cat.codes()
+        provider = self.base["cloud"].get("provider")
+        key = lambda name: float(codes[cat.get(name, provider).key])  # noqa: E731
+        inst = get.raw("cloud.instance")
+        cl: dict[str, Any] = {"instance": inst.lookup(key) if isinstance(inst, _Cat) else key(inst),
+                              "instances": get.number("cloud.instances")}
+        pricing = get.raw("cloud.pricing", "on_demand")
+        spot = lambda p: float(p == "spot")  # noqa: E731
+        cl["spot"] = pricing.lookup(spot) if isinstance(pricing, _Cat) else spot(pricing)
+        for k in ("checkpoint_interval_h", "revocation_per_hour", "failure_per_hour", "restart_s", "storage_gbps"):
+            cl[k] = get.number(f"cloud.{k}", np.nan)
+        return cl
 
     def columns(self, assign: Mapping[str, Sequence[Any] | np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
         """The model's input columns for the assigned values (fixed values from the base)."""
@@ -217,21 +269,26 @@ class SearchSpace:
         cols["tokens"] = get.number("training.tokens", np.nan)
         cols["precision"] = get.coded("training.precision", "bf16")
         cols["attention"] = get.coded("training.attention", "flash")
-        # cluster: catalog lookups by GPU id, then overrides
-        gpu = get.raw("cluster.gpu")
-        if isinstance(gpu, _Cat):
-            gpu_names, gidx = gpu.names, gpu.codes
+        if self.is_cloud:
+            # rented cluster: the instance type decides GPU, count, node, network and price
+            cl = self._cloud_columns(get)
+            cols.update(instance_columns(cl["instance"], cl["instances"], cl["spot"], cols["precision"], self.catalog))
         else:
-            gpu_names, gidx = [gpu], 0
-        cat = {g: hardware.gpu(g) for g in gpu_names}
-        for key in HARDWARE_OVERRIDES + ("matmul_efficiency",):
-            table = np.array([float(cat[g][key]) for g in gpu_names])
-            cols[key] = table[gidx]
-        prec = get.raw("training.precision", "bf16")
-        prec_names = ("bf16", "fp16", "fp8")
-        peak_table = np.array([[_peak(cat[g], p) for p in prec_names] for g in gpu_names])
-        pidx = prec.lookup(prec_names.index).astype(np.intp) if isinstance(prec, _Cat) else prec_names.index(prec)
-        cols["peak_tflops"] = peak_table[gidx, pidx]
+            # cluster: catalog lookups by GPU id, then overrides
+            gpu = get.raw("cluster.gpu")
+            if isinstance(gpu, _Cat):
+                gpu_names, gidx = gpu.names, gpu.codes
+            else:
+                gpu_names, gidx = [gpu], 0
+            cat = {g: hardware.gpu(g) for g in gpu_names}
+            for key in HARDWARE_OVERRIDES + ("matmul_efficiency",):
+                table = np.array([float(cat[g][key]) for g in gpu_names])
+                cols[key] = table[gidx]
+            prec = get.raw("training.precision", "bf16")
+            prec_names = ("bf16", "fp16", "fp8")
+            peak_table = np.array([[_peak(cat[g], p) for p in prec_names] for g in gpu_names])
+            pidx = prec.lookup(prec_names.index).astype(np.intp) if isinstance(prec, _Cat) else prec_names.index(prec)
+            cols["peak_tflops"] = peak_table[gidx, pidx]
         for key in HARDWARE_OVERRIDES:
             if get.has(f"cluster.{key}"):
                 v = get.number(f"cluster.{key}")
@@ -251,7 +308,9 @@ class SearchSpace:
         for key in ("tp", "pp", "cp", "microbatch", "interleave"):
             cols[key] = get.number(f"plan.{key}", 1.0)
         mp = cols["tp"] * cols["pp"] * cols["cp"]
-        if get.has("cluster.nodes"):
+        if self.is_cloud:
+            pass  # gpus = instances x GPUs per instance, set above
+        elif get.has("cluster.nodes"):
             cols["gpus"] = get.number("cluster.nodes") * cols["gpus_per_node"]
         elif get.has("cluster.gpus"):
             cols["gpus"] = get.number("cluster.gpus")
@@ -350,7 +409,16 @@ class SearchSpace:
                 _set_path(sc, path, _plain(value))
         cluster = sc.setdefault("cluster", {})
         plan = sc.get("plan") or {}
-        if "nodes" in cluster:
+        if self.is_cloud:
+            # the stored scenario repeats what the instance type decides (GPU, count, price), so
+            # tables and `cosearch estimate` read it like any other scenario
+            spec = CloudSpec.model_validate(sc["cloud"])
+            try:
+                sc["cluster"] = derived_cluster(spec, cluster)
+            except CosearchError:  # spot asked where there is no spot market: an infeasible point, no price
+                sc["cluster"] = derived_cluster(spec.model_copy(update={"pricing": "on_demand"}), cluster)
+                sc["cluster"].pop("price_usd_per_gpu_hour")
+        elif "nodes" in cluster:
             nodes = cluster.pop("nodes")
             per_node = cluster.get("gpus_per_node") or hardware.gpu(cluster["gpu"])["gpus_per_node"]
             cluster["gpus"] = _plain(nodes * per_node)
@@ -580,7 +648,7 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
     data = _numbers(data)
     unknown = sorted(set(data) - set(SECTIONS) - {"objectives", "constraints", "name", "description"})
     if unknown:
-        raise CosearchError(unknown[0], "unknown key; allowed: model, training, cluster, plan, objectives, constraints, name, description")
+        raise CosearchError(unknown[0], "unknown key; allowed: model, training, cluster, plan, cloud, objectives, constraints, name, description")
     objectives = data.get("objectives") or ["step_time_s"]
     if isinstance(objectives, str):
         objectives = [objectives]
@@ -604,7 +672,7 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
     base: dict[str, Any] = {}
     for section in SECTIONS:
         if section not in data:
-            if section == "plan":
+            if section in ("plan", "cloud") or (section == "cluster" and "cloud" in data):
                 continue
             raise CosearchError(section, "required section is missing")
         value = data[section]
@@ -627,11 +695,15 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
             if isinstance(spec, (list, Mapping)):
                 dims.append(_dimension(path, spec))
             _set_path(base, path, spec)
-    if "tokens" not in (base.get("training") or {}) and any(
-        m in ("time_to_train_days", "cost_to_train_usd", "energy_to_train_mwh")
-        for m in list(objectives) + [CONSTRAINT_METRICS[k] for k in constraints]
-    ):
-        raise CosearchError("training.tokens", "needed by time_to_train_days / cost_to_train_usd / energy objectives and budgets")
+    used = list(objectives) + [CONSTRAINT_METRICS[k] for k in constraints]
+    for m in used:
+        need, why = _NEEDS.get(m, (None, ""))
+        if need and need.split(".", 1)[1] not in (base.get("training") or {}):
+            raise CosearchError(need, f"needed by {why}")
+    if "cloud" in base:
+        _check_cloud_space(base, dims)
+    elif any(m in _CLOUD_ONLY for m in used):
+        raise CosearchError("cloud", "p90 objectives and budgets need a cloud section (rented instances, docs/cloud.md)")
     raw = {k: copy.deepcopy(v) for k, v in data.items()}
     raw["objectives"] = list(objectives)
     raw["constraints"] = dict(constraints)
@@ -641,6 +713,27 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
     if prune:
         space.prune()
     return space
+
+
+def _check_cloud_space(base: Mapping[str, Any], dims: Sequence[Dimension]) -> None:
+    """A cloud space rents instances: the instance type decides the cluster, and only the
+    instance, count, pricing and transient knobs may vary (one-line errors otherwise)."""
+    cloud, cluster = base["cloud"], base.get("cluster") or {}
+    if not isinstance(cloud, Mapping):
+        raise CosearchError("cloud", f"expected a mapping with instance and instances (got {type(cloud).__name__})")
+    for key in _CLOUD_DECIDES:
+        if key in cluster:
+            raise CosearchError(f"cluster.{key}", "decided by cloud.instance in a cloud space; vary cloud.instance/"
+                                "instances/pricing instead")
+    if "dp" in (base.get("plan") or {}):
+        raise CosearchError("plan.dp", "in a cloud space dp is derived from cloud.instances; drop plan.dp")
+    for key in ("instance", "instances"):
+        if key not in cloud:
+            raise CosearchError(f"cloud.{key}", "required in a cloud space")
+    fixed_only = {"provider", "region", "catalog"}
+    for d in dims:
+        if d.path.startswith("cloud.") and d.path.split(".", 1)[1] in fixed_only:
+            raise CosearchError(d.path, "must be a single value; list provider/instance keys in cloud.instance instead")
 
 
 def _jsonable(x: Any) -> Any:
@@ -670,7 +763,7 @@ def _check_choices(space: SearchSpace) -> None:
     if not isinstance(cluster, dict):
         raise CosearchError("cluster", f"expected a mapping (got {type(cluster).__name__})")
     cluster.pop("nodes", None)
-    if not isinstance(cluster.get("gpus"), int) or isinstance(cluster.get("gpus"), bool):
+    if "cloud" not in template and (not isinstance(cluster.get("gpus"), int) or isinstance(cluster.get("gpus"), bool)):
         cluster["gpus"] = 1
     try:
         parse_scenario(template)

@@ -17,20 +17,19 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import CosearchError
 from ..model import BREAKDOWN_KEYS, MEMORY_KEYS
+from ..search.space import CONSTRAINT_METRICS, direction
 
 ATTR = "cosearch"
-MAXIMIZE = {"mfu", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu"}
 #: Budget constraint keys of a search space -> the metric they bound from above.
-BUDGET_METRICS = {
-    "max_cost_usd": "cost_to_train_usd", "max_gpus": "gpus", "max_days": "time_to_train_days",
-    "max_step_time_s": "step_time_s", "max_energy_mwh": "energy_to_train_mwh", "max_cost_usd_per_step": "cost_usd_per_step",
-}
+BUDGET_METRICS = CONSTRAINT_METRICS
 #: Display names and units of metrics.
 METRIC_LABELS = {
     "time_to_train_days": "time to train (days)", "cost_to_train_usd": "cost to train (USD)",
     "step_time_s": "step time (s)", "cost_usd_per_step": "cost per step (USD)", "gpus": "GPUs",
     "energy_to_train_mwh": "energy to train (MWh)", "memory_gib": "memory per GPU (GiB)", "mfu": "MFU",
     "tokens_per_s": "tokens/s", "model_tflops_per_gpu": "model TFLOP/s per GPU",
+    "time_to_accuracy_days": "time to target loss (days)", "cost_to_accuracy_usd": "cost to target loss (USD)",
+    "p90_time_to_train_days": "P90 time to train (days)", "p90_cost_to_train_usd": "P90 cost to train (USD)",
 }
 MAX_FRONT_BARS = 40
 
@@ -39,8 +38,7 @@ def metric_label(name: str) -> str:
     return METRIC_LABELS.get(name, name)
 
 
-def direction_of(metric: str) -> str:
-    return "maximize" if metric in MAXIMIZE else "minimize"
+direction_of = direction
 
 
 def _num(x: Any) -> float:

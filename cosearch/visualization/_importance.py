@@ -8,7 +8,6 @@ parameters) falls back to the scenario fields that vary across its trials.
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
