@@ -122,3 +122,26 @@ def test_time_to_accuracy_objective_prefers_batches_near_the_critical_batch():
     i = int(np.argmin(np.where(ok, m["time_to_accuracy_days"], np.inf)))
     chosen_batch = sp.dim("training.global_batch").choices[int(grid[i, [x.path for x in sp.dims].index("training.global_batch")])]
     assert chosen_batch not in (64, 2048)  # small batches waste the GPUs, huge ones waste samples
+
+
+def test_instance_any_expands_by_provider_region_and_gpu():
+    sp = parse_space(cloud_space(cloud={"provider": ["aws", "gcp"], "gpu": "h100-sxm", "instances": [2, 4]}))
+    assert sp.dim("cloud.instance").choices == ["aws/p5.48xlarge", "gcp/a3-highgpu-8g"]
+    with pytest.raises(CosearchError) as err:
+        parse_space(cloud_space(cloud={"instance": "aws/p5.48xlarge", "region": "westeurope", "instances": 2}))
+    assert err.value.field == "cloud.region"
+
+
+def test_checkpoint_interval_knob_never_beats_the_young_daly_optimum():
+    """Expected time with the optimal interval (cloud.checkpoint_interval_h unset) is at most the
+    expected time with any explicit interval, everything else equal (Daly 2006)."""
+    fixed = {"instance": "aws/p5.48xlarge", "instances": 8, "pricing": "spot"}
+    knob = parse_space(cloud_space(cloud={**fixed, "checkpoint_interval_h": [0.05, 0.2, 0.5, 1, 2, 4, 8, 24]},
+                                   plan={"tp": 2, "pp": 1, "microbatch": 1, "recompute": "selective"}))
+    opt = parse_space(cloud_space(cloud=fixed, plan={"tp": 2, "pp": 1, "microbatch": 1, "recompute": "selective"}))
+    rows = np.arange(len(knob.dim("cloud.checkpoint_interval_h").choices), dtype=float).reshape(-1, 1)
+    t_knob = knob.evaluate_rows(rows)["time_to_train_days"]
+    t_opt = float(opt.evaluate({})["time_to_train_days"][0])
+    assert np.all(t_knob >= t_opt * (1 - 1e-9))
+    assert t_knob.min() <= t_opt * 1.05  # the grid brackets the optimum: its best point is close
+    assert t_knob[0] > t_opt * 1.001 and t_knob[-1] > t_opt * 1.001  # too often and too rarely both cost time

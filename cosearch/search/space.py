@@ -668,6 +668,9 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
             raise CosearchError(f"constraints.{k}", f"unknown constraint; allowed: {', '.join(CONSTRAINT_METRICS)}")
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
             raise CosearchError(f"constraints.{k}", f"must be a positive number (got {v!r})")
+    raw = {k: copy.deepcopy(v) for k, v in data.items()}
+    if isinstance(data.get("cloud"), Mapping):
+        data = {**data, "cloud": _expand_cloud(data["cloud"])}
     dims: list[Dimension] = []
     base: dict[str, Any] = {}
     for section in SECTIONS:
@@ -704,7 +707,6 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
         _check_cloud_space(base, dims)
     elif any(m in _CLOUD_ONLY for m in used):
         raise CosearchError("cloud", "p90 objectives and budgets need a cloud section (rented instances, docs/cloud.md)")
-    raw = {k: copy.deepcopy(v) for k, v in data.items()}
     raw["objectives"] = list(objectives)
     raw["constraints"] = dict(constraints)
     space = SearchSpace(base=base, dims=dims, objectives=list(objectives), constraints=constraints, source=source,
@@ -713,6 +715,48 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
     if prune:
         space.prune()
     return space
+
+
+def _expand_cloud(cloud: Mapping[str, Any]) -> dict[str, Any]:
+    """Resolve the instance choices of a cloud space: ``instance: any`` (or no instance) means every
+    catalog instance type of the listed ``provider`` (one or a list) offered in ``region``, and the
+    ``gpu`` filter (one id or a list); explicit instances are checked against the region. Prices are
+    the same in every listed region of an instance type (data/instances.yaml), so the region is a
+    filter, not a knob."""
+    c = dict(cloud)
+    cat = load_catalog(c["catalog"]) if c.get("catalog") else load_catalog()
+    prov = c.get("provider")
+    provs = prov if isinstance(prov, list) else [prov] if prov is not None else None
+    for p in provs or []:
+        if p not in cat.providers:
+            raise CosearchError("cloud.provider", f"unknown provider {p!r}; allowed: {', '.join(cat.providers)}")
+    region = c.get("region")
+    if region is not None and not isinstance(region, str):
+        raise CosearchError("cloud.region", "must be a single region (prices do not differ between an instance's regions)")
+    gpus = c.pop("gpu", None)
+    gpus = gpus if isinstance(gpus, list) or gpus is None else [gpus]
+    inst = c.get("instance", "any")
+    if inst == "any":
+        keys = [it.key for it in cat.instances.values() if (provs is None or it.provider in provs)
+                and (region is None or region in it.regions) and (gpus is None or it.gpu in gpus)]
+        if not keys:
+            raise CosearchError("cloud.instance", "no catalog instance type matches cloud.provider/region/gpu "
+                                "(see `cosearch catalog`)")
+        c["instance"] = keys
+        c.pop("provider", None)
+    else:
+        if gpus is not None:
+            raise CosearchError("cloud.gpu", "a GPU filter goes with instance: any")
+        names = inst if isinstance(inst, list) else [inst]
+        if isinstance(prov, list):
+            if any("/" not in str(n) for n in names):
+                raise CosearchError("cloud.provider", "with a list of providers write instances as provider/instance")
+            c.pop("provider")
+        for n in names:
+            it = cat.get(str(n), prov if isinstance(prov, str) else None)
+            if region is not None and region not in it.regions:
+                raise CosearchError("cloud.region", f"{it.key} is not offered in {region!r}; allowed: {', '.join(it.regions)}")
+    return c
 
 
 def _check_cloud_space(base: Mapping[str, Any], dims: Sequence[Dimension]) -> None:
@@ -727,7 +771,7 @@ def _check_cloud_space(base: Mapping[str, Any], dims: Sequence[Dimension]) -> No
                                 "instances/pricing instead")
     if "dp" in (base.get("plan") or {}):
         raise CosearchError("plan.dp", "in a cloud space dp is derived from cloud.instances; drop plan.dp")
-    for key in ("instance", "instances"):
+    for key in ("instances",):
         if key not in cloud:
             raise CosearchError(f"cloud.{key}", "required in a cloud space")
     fixed_only = {"provider", "region", "catalog"}
