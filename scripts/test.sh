@@ -8,4 +8,6 @@ if ! { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/
     || ! command -v chromedriver >/dev/null 2>&1; then
     bash scripts/install-browser.sh
 fi
+# servers the tests need (PostgreSQL, Chromium) must be there: a failure to start one fails, not skips
+export COSEARCH_REQUIRE_SERVERS=1
 python3 -m pytest -q "$@"

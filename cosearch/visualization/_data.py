@@ -57,6 +57,9 @@ def plan_label(sc: Mapping[str, Any], dp: Any = None) -> str:
         pl["dp"] = int(round(_num(dp)))
     model = sc.get("model")
     parts = [f"{cl.get('gpus', '?')} x {cl.get('gpu', '?')}"]
+    cloud = sc.get("cloud")
+    if isinstance(cloud, Mapping):  # rented: name the instances and the pricing
+        parts[0] += f" ({cloud.get('instances', '?')} x {cloud.get('instance', '?')}, {cloud.get('pricing', 'on_demand')})"
     mesh = " ".join(f"{k}={pl[k]}" for k in ("tp", "pp", "dp", "cp") if pl.get(k) is not None)
     parts.append(mesh)
     extra = [f"mb={pl.get('microbatch', 1)}"]
