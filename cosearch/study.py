@@ -286,6 +286,7 @@ def run_study(
     timeout: float | None = None,
     profile: Profile = DEFAULT_PROFILE,
     budget: Any = None,
+    exhaustive: Callable[..., Any] | None = None,
 ) -> StudyResult:
     """Run (or resume) study ``study_name`` with ``sampler`` until it holds ``n_trials`` trials.
 
@@ -296,7 +297,9 @@ def run_study(
     saves it and re-raises ``KeyboardInterrupt``. ``budget`` (optuna samplers only): an object
     with ``done()``, ``slots(k)`` (context manager yielding how many trials may be created now),
     ``track(ids)`` and ``wait()``, e.g. :class:`cosearch.scaleout.TrialBudget`, to share one
-    trial target between several worker processes.
+    trial target between several worker processes. ``exhaustive``: a replacement for
+    :func:`cosearch.samplers.run_exhaustive` with the same signature and result (e.g. the dask
+    sweep of :mod:`cosearch.distributed`).
     """
     method = check_method(sampler)
     space = _as_space(space)
@@ -310,7 +313,7 @@ def run_study(
     if failed:
         logger.warning("study %r: %d trial(s) left RUNNING by a dead worker marked FAIL", study_name, failed)
     if method == "exhaustive":
-        return _run_exhaustive(space, study, callback, profile)
+        return _run_exhaustive(space, study, callback, profile, exhaustive or run_exhaustive)
     if method in OPTUNA_SAMPLERS:
         return _run_optuna(space, study, method, int(n_trials), seed, batch_size, callback, timeout, profile, budget)
     return _run_scipy(space, study, method, int(n_trials), seed, callback, timeout, profile)
@@ -535,7 +538,8 @@ def _run_scipy(space: SearchSpace, study: optuna.Study, method: str, n_trials: i
     return res
 
 
-def _run_exhaustive(space: SearchSpace, study: optuna.Study, callback: Callback | None, profile: Profile) -> StudyResult:
+def _run_exhaustive(space: SearchSpace, study: optuna.Study, callback: Callback | None, profile: Profile,
+                    enumerate_space: Callable[..., Any] = run_exhaustive) -> StudyResult:
     t0 = time.perf_counter()
     info = study.user_attrs.get(ATTR, {})
     existing = [t for t in study.get_trials(deepcopy=False) if counts_as_trial(t)]
@@ -548,7 +552,7 @@ def _run_exhaustive(space: SearchSpace, study: optuna.Study, callback: Callback 
             callback({"done": done, "total": total, "new": 0, "feasible": None, "elapsed_s": time.perf_counter() - t0,
                       "unit": "points"})
 
-    res = run_exhaustive(space, progress=progress)
+    res = enumerate_space(space, progress=progress, profile=profile)
     codec = ParamCodec(space)
     have = {tuple(codec.to_row(t.params).tolist()) for t in existing if codec.to_row(t.params) is not None}
     rows = np.array([r for r in res.rows if tuple(r.tolist()) not in have]).reshape(-1, len(space.dims))

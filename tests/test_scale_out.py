@@ -151,7 +151,7 @@ def test_four_workers_on_postgres_reach_exact_count(pg_url, tmp_path):
     name, target = _fresh_study_name("four"), 64
     procs = [_cosearch("worker", str(space), "--study", name, "--storage", pg_url, "--trials", str(target),
                        "--sampler", "random", "--seed", "7", "--worker-index", str(i), "--batch-size", "8",
-                       cwd=tmp_path) for i in range(4)]
+                       cwd=tmp_path, COSEARCH_DEBUG_BATCH_PAUSE="0.3") for i in range(4)]
     results = _finish(procs)
     assert all(rc == 0 for rc, _, _ in results), results
     study = optuna.load_study(study_name=name, storage=resolve_storage(pg_url))
@@ -231,16 +231,10 @@ def test_two_workers_on_embedded_journal_reach_exact_count(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(SPACE_SMALL)
     target = 120
-    from cosearch.cli import COMMANDS
-
-    if "study" in COMMANDS and "worker" in COMMANDS:
-        [(rc, so, se)] = _finish([_cosearch("run", str(space), "--study", "j", "--trials", str(target),
-                                            "--sampler", "tpe", "--workers", "2", "--seed", "3", cwd=tmp_path)])
-        assert rc == 0, se
-    else:  # the `run` command is not there: two `worker` processes are what --workers starts
-        procs = [_cosearch("worker", str(space), "--study", "j", "--trials", str(target), "--sampler", "tpe",
-                           "--seed", "3", "--worker-index", str(i), cwd=tmp_path) for i in range(2)]
-        assert all(rc == 0 for rc, _, _ in _finish(procs))
+    # a short pause per batch keeps the first worker from finishing before the second has started
+    [(rc, so, se)] = _finish([_cosearch("run", str(space), "--study", "j", "--trials", str(target), "--sampler", "tpe",
+                                        "--workers", "2", "--seed", "3", cwd=tmp_path, COSEARCH_DEBUG_BATCH_PAUSE="0.1")])
+    assert rc == 0, se
     study = optuna.load_study(study_name="j", storage=resolve_storage(None, workdir=tmp_path))
     evaluated = _check_exact(study, target)
     owners = {t.system_attrs[OWNER_ATTR]["pid"] for t in evaluated}

@@ -85,6 +85,20 @@ def test_exhaustive_study_stores_front_and_summary():
     assert again.n_trials == res.n_trials and again.n_new == 0
 
 
+def test_exhaustive_study_uses_the_given_profile():
+    """With a slower profile the stored exact front is the brute-force front under that profile
+    (not the default profile's front re-labelled)."""
+    from cosearch.model.profile import DEFAULT_PROFILE
+
+    slow = DEFAULT_PROFILE.model_copy(update={"matmul_scale": 0.5})
+    sp = space(objectives=["time_to_train_days"], constraints={"max_days": 40})
+    res = run_study(sp, "slow", optuna.storages.InMemoryStorage(), sampler="exhaustive", profile=slow)
+    m = sp.evaluate_rows(sp.rows_of_flat(np.arange(int(sp.size))), slow)
+    d = sp.evaluate_rows(sp.rows_of_flat(np.arange(int(sp.size))))
+    assert res.summary["feasible"] == int(m["feasible"].sum()) < int(d["feasible"].sum())  # fewer meet 40 days
+    assert best(res.study)["value"] == pytest.approx(float(m["time_to_train_days"][m["feasible"]].min()), rel=1e-12)
+
+
 @pytest.mark.parametrize("method", [m for m in METHODS if m != "exhaustive"])
 def test_every_sampler_finds_feasible_points(method):
     if method == "gp":

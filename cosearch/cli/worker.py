@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, help="set the study's total trial target (default: the stored one)")
     p.add_argument("--seed", type=int, help="sampler seed (default: random, so workers never repeat each other)")
     p.add_argument("--batch-size", type=int, help="trials evaluated per model call")
+    p.add_argument("--profile", help="efficiency profile YAML (the one the study was started with)")
     p.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by `run --workers`
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=_worker_command)
@@ -77,8 +78,19 @@ def open_storage(storage: str | None, attempts: int = 4) -> Any:
     raise AssertionError("unreachable")
 
 
+def _profile(path: str | None) -> Any:
+    """The profile of ``--profile PATH`` (default: the shipped one)."""
+    from ..model.profile import DEFAULT_PROFILE
+
+    if not path:
+        return DEFAULT_PROFILE
+    from ..calibration import read_profile_file
+
+    return read_profile_file(path)[0]
+
+
 def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: str, n_trials: int | None,
-                     st: Any = None) -> Any:
+                     st: Any = None, profile: Any = None) -> Any:
     """Open (or create) a sampled study for several workers and store its trial target."""
     import optuna
 
@@ -94,7 +106,7 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
     st = st if st is not None else open_storage(storage)
     for attempt in range(20):
         try:
-            study = _open_study(space, study_name, st, method, "sampled")
+            study = _open_study(space, study_name, st, method, "sampled", profile or _profile(None))
             break
         except optuna.exceptions.DuplicatedStudyError:  # another worker created it just now
             continue
@@ -115,7 +127,7 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
 
 def work(space: Any, study_name: str, storage: str | None = None, sampler: str | None = None,
          n_trials: int | None = None, seed: int | None = None, batch_size: int | None = None,
-         worker_index: int | None = None, callback: Callable[[dict], None] | None = None) -> Any:
+         worker_index: int | None = None, callback: Callable[[dict], None] | None = None, profile: Any = None) -> Any:
     """Be one worker of ``study_name``: run trials until the study's target is reached.
 
     Returns :class:`cosearch.study.StudyResult` of this worker's share."""
@@ -136,13 +148,14 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
         info = existing.user_attrs.get(ATTR)
         info_method = info.get("method") if isinstance(info, dict) else None
     method = sampler or info_method or "tpe"
-    study = open_for_workers(space, study_name, storage, method, n_trials, st=st)
+    profile = profile or _profile(None)
+    study = open_for_workers(space, study_name, storage, method, n_trials, st=st, profile=profile)
     target = get_target(study)
     budget = TrialBudget(study, target, study_lock(storage, study_name))
     try:
         res = run_study(space, study_name, st, sampler=method, n_trials=target,
                         seed=worker_seed(seed, worker_index), batch_size=budget_batch(batch_size),
-                        callback=callback, budget=budget)
+                        callback=callback, budget=budget, profile=profile)
         res.n_new = budget.granted  # this worker's trials (run_study counts every worker's)
         return res
     finally:
@@ -157,7 +170,7 @@ def budget_batch(batch_size: int | None) -> int | None:
 
 def _worker_command(args: argparse.Namespace) -> int:
     res = work(args.space, args.study, _storage_value(args.storage), args.sampler, args.trials, args.seed,
-               args.batch_size, args.worker_index)
+               args.batch_size, args.worker_index, profile=_profile(args.profile))
     if not args.quiet:
         print(f"worker {os.getpid()}: added {res.n_new} trials in {res.elapsed_s:.1f} s; "
               f"study {args.study!r} holds {res.n_trials} trials ({res.n_feasible} feasible)")
@@ -206,7 +219,7 @@ def _run_dask(args: argparse.Namespace, single: Callable[[argparse.Namespace], i
     parse_dask_address(address)  # one-line error before anything starts
     tty = sys.stderr.isatty()
 
-    def runner(space: Any, progress: Callable[[int, int], None] | None = None) -> Any:
+    def runner(space: Any, progress: Callable[[int, int], None] | None = None, profile: Any = None) -> Any:
         total = int(space.size)
 
         def tick(done: int, n_tasks: int, points: int) -> None:
@@ -216,7 +229,7 @@ def _run_dask(args: argparse.Namespace, single: Callable[[argparse.Namespace], i
                 print(f"\rdask: {done}/{n_tasks} tasks, {points:,}/{total:,} points", end="", file=sys.stderr,
                       flush=True)
 
-        res = dask_sweep(space, address, progress=tick)
+        res = dask_sweep(space, address, progress=tick, profile=profile)
         if tty:
             print(file=sys.stderr)
         d = res.summary()["distributed"]
@@ -224,20 +237,9 @@ def _run_dask(args: argparse.Namespace, single: Callable[[argparse.Namespace], i
               f"({d['setup_s']:.1f} s start-up), front {res.index.size}", file=sys.stderr)
         return res.to_exhaustive(space)
 
-    import inspect
-
-    from .. import study as study_mod
-
     storage = _storage_value(getattr(args, "storage", None))
-    if "exhaustive" in inspect.signature(run_study).parameters:
-        run_study(args.space, args.study, storage, sampler="exhaustive", exhaustive=runner)
-    else:  # run_study without the runner hook: swap the module's enumerator for this one call
-        original = study_mod.run_exhaustive
-        study_mod.run_exhaustive = runner
-        try:
-            run_study(args.space, args.study, storage, sampler="exhaustive")
-        finally:
-            study_mod.run_exhaustive = original
+    run_study(args.space, args.study, storage, sampler="exhaustive", profile=_profile(getattr(args, "profile", None)),
+              exhaustive=runner)
     return single(args)
 
 
@@ -247,13 +249,16 @@ def _run_local_workers(args: argparse.Namespace, single: Callable[[argparse.Name
 
     storage = _storage_value(getattr(args, "storage", None))
     n_trials = int(getattr(args, "trials", None) or 1000)
-    study = open_for_workers(args.space, args.study, storage, method, n_trials)
+    study = open_for_workers(args.space, args.study, storage, method, n_trials,
+                             profile=_profile(getattr(args, "profile", None)))
     seed = getattr(args, "seed", 0)
     argv_common = [str(Path(args.space).resolve()), "--study", args.study, "--sampler", method, "--quiet"]
     if storage is not None:
         argv_common += ["--storage", storage]
     if getattr(args, "batch_size", None):
         argv_common += ["--batch-size", str(args.batch_size)]
+    if getattr(args, "profile", None):
+        argv_common += ["--profile", str(Path(args.profile).resolve())]
     argvs = [["worker", *argv_common, "--seed", str(0 if seed is None else seed), "--worker-index", str(i)]
              for i in range(workers)]
     counter = TrialBudget(study, n_trials, study_lock(storage, args.study), heartbeat=False)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..model.profile import DEFAULT_PROFILE, Profile
 from ..search.pareto import merge_fronts, pareto_mask
 from ..search.space import SearchSpace, direction
 
@@ -45,8 +46,9 @@ class ExhaustiveResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable[[int, int], None] | None = None) -> ExhaustiveResult:
-    """Enumerate every point of a finite space; return the exact front and counts."""
+def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable[[int, int], None] | None = None,
+                   profile: Profile = DEFAULT_PROFILE) -> ExhaustiveResult:
+    """Enumerate every point of a finite space (evaluated with ``profile``); return the exact front and counts."""
     space._require_finite("exhaustive search")
     metrics = front_metrics(space)
     senses = [direction(m) for m in metrics]
@@ -58,7 +60,7 @@ def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     pending_rows = 0
     for flat, assign in space.iter_chunks(chunk):
-        out = space.evaluate(assign)
+        out = space.evaluate(assign, profile)
         valid = np.asarray(out["valid"], dtype=bool)
         fits = valid & np.asarray(out["fits"], dtype=bool)
         feas = np.asarray(out["feasible"], dtype=bool)
