@@ -33,6 +33,7 @@ import numpy as np
 
 from .errors import CosearchError
 from .search.pareto import merge_fronts, pareto_mask
+from .samplers._exhaustive import fold_best, reduce_chunk
 from .search.space import SearchSpace, direction
 
 logger = logging.getLogger(__name__)
@@ -164,27 +165,10 @@ def sweep_range(space: SearchSpace, start: int, stop: int, sub_chunk: int = SUB_
         flat = np.arange(lo, min(lo + sub_chunk, stop), dtype=np.int64)
         assign = space.assign_from_indices(space.index_grid(flat))
         m = space.evaluate(assign) if profile is None else space.evaluate(assign, profile)
-        valid = np.asarray(m["valid"], dtype=bool)
-        fits = valid & np.asarray(m["fits"], dtype=bool)
-        feas = np.asarray(m["feasible"], dtype=bool)
-        counts["points"] += int(flat.size)
-        counts["valid"] += int(valid.sum())
-        counts["fits"] += int(fits.sum())
-        counts["within_budget"] += int((fits & np.asarray(m["within_budget"], dtype=bool)).sum())
-        counts["feasible"] += int(feas.sum())
-        if not feas.any():
+        local = reduce_chunk(space, m, flat, list(names), list(senses), counts, best)
+        if local is None:
             continue
-        for obj in space.objectives:
-            v = np.asarray(m[obj], dtype=float)[feas]
-            v = v[np.isfinite(v)]
-            if v.size:
-                b = float(v.max() if direction(obj) == "maximize" else v.min())
-                if best[obj] is None or (b > best[obj] if direction(obj) == "maximize" else b < best[obj]):
-                    best[obj] = b
-        pts = np.column_stack([np.asarray(m[c], dtype=float)[feas] for c in names])
-        idx = flat[feas]
-        local = pareto_mask(pts, senses)
-        pts, idx = pts[local], idx[local]
+        pts, idx = local
         if front_idx.size:
             front_pts, front_idx = merge_fronts([(front_pts, front_idx), (pts, idx)], senses)
         else:
@@ -252,8 +236,7 @@ def _merge(space: SearchSpace, parts: Sequence[RangeResult], seconds: float, **i
         for k in COUNTS:
             counts[k] += r.counts[k]
         for obj, b in r.best.items():
-            if b is not None and (best[obj] is None or (b > best[obj] if direction(obj) == "maximize" else b < best[obj])):
-                best[obj] = b
+            fold_best(best, obj, b)
     nonempty = [(r.points, r.index) for r in parts if r.index.size]
     if nonempty:
         pts, idx = merge_fronts(nonempty, senses)

@@ -46,6 +46,40 @@ class ExhaustiveResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
+def fold_best(best: dict[str, float | None], metric: str, value: float | None) -> None:
+    """Keep in ``best[metric]`` the better of it and ``value`` (by the metric's direction)."""
+    old = best.get(metric)
+    if value is not None and (old is None or (value > old if direction(metric) == "maximize" else value < old)):
+        best[metric] = value
+
+
+def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarray, metrics: list[str],
+                 senses: list[str], counts: dict[str, int], best: dict[str, float | None]
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Fold one evaluated chunk (flat positions ``flat``) into ``counts`` and ``best`` (in place) and
+    return its own front: ``metrics`` values and flat positions of its non-dominated feasible points
+    (None when none is feasible). Shared by the single-process and the dask enumerations."""
+    valid = np.asarray(out["valid"], dtype=bool)
+    fits = valid & np.asarray(out["fits"], dtype=bool)
+    feas = np.asarray(out["feasible"], dtype=bool)
+    counts["points"] += int(flat.size)
+    counts["valid"] += int(valid.sum())
+    counts["fits"] += int(fits.sum())
+    counts["within_budget"] += int((fits & np.asarray(out["within_budget"], dtype=bool)).sum())
+    counts["feasible"] += int(feas.sum())
+    if not feas.any():
+        return None
+    for m in space.objectives:
+        v = np.asarray(out[m], dtype=float)[feas]
+        v = v[np.isfinite(v)]
+        if v.size:
+            fold_best(best, m, float(v.max() if direction(m) == "maximize" else v.min()))
+    pts = np.stack([np.asarray(out[m], dtype=float)[feas] for m in metrics], axis=1)
+    ids = flat[feas]
+    mask = pareto_mask(pts, senses)
+    return pts[mask], ids[mask]
+
+
 def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable[[int, int], None] | None = None,
                    profile: Profile = DEFAULT_PROFILE) -> ExhaustiveResult:
     """Enumerate every point of a finite space (evaluated with ``profile``); return the exact front and counts."""
@@ -60,28 +94,10 @@ def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     pending_rows = 0
     for flat, assign in space.iter_chunks(chunk):
-        out = space.evaluate(assign, profile)
-        valid = np.asarray(out["valid"], dtype=bool)
-        fits = valid & np.asarray(out["fits"], dtype=bool)
-        feas = np.asarray(out["feasible"], dtype=bool)
-        counts["points"] += flat.size
-        counts["valid"] += int(valid.sum())
-        counts["fits"] += int(fits.sum())
-        counts["within_budget"] += int((fits & np.asarray(out["within_budget"], dtype=bool)).sum())
-        counts["feasible"] += int(feas.sum())
-        if feas.any():
-            pts = np.stack([np.asarray(out[m], dtype=float)[feas] for m in metrics], axis=1)
-            ids = flat[feas]
-            mask = pareto_mask(pts, senses)
-            pending.append((pts[mask], ids[mask]))
-            pending_rows += int(mask.sum())
-            for m in space.objectives:
-                v = np.asarray(out[m], dtype=float)[feas]
-                v = v[np.isfinite(v)]
-                if v.size:
-                    b = float(v.max() if direction(m) == "maximize" else v.min())
-                    if best[m] is None or (b > best[m] if direction(m) == "maximize" else b < best[m]):
-                        best[m] = b
+        local = reduce_chunk(space, space.evaluate(assign, profile), flat, metrics, senses, counts, best)
+        if local is not None:
+            pending.append(local)
+            pending_rows += len(local[1])
             if pending_rows > 4 * chunk:
                 acc = merge_fronts(([acc] if acc is not None else []) + pending, senses)
                 pending, pending_rows = [], 0
