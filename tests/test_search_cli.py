@@ -90,9 +90,9 @@ def test_run_best_pareto_studies(tmp_path, capsys, monkeypatch):
     assert rc == 0 and json.loads(out)[0]["trials"] == 100
 
 
-def _states(journal: Path) -> dict[int, tuple]:
+def _states(journal: Path, name: str = "k") -> dict[int, tuple]:
     st = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
-    study = optuna.load_study(study_name="k", storage=st)
+    study = optuna.load_study(study_name=name, storage=st)
     return {t.number: (t.state, tuple(t.values or ()), json.dumps(t.params, sort_keys=True)) for t in study.get_trials()}
 
 
@@ -169,3 +169,44 @@ def test_run_with_calibrated_profile_and_resume_guard(tmp_path, capsys):
     rc, _, err = run_cli(["run", space, "--study", "slow", "--storage", journal, "--sampler", "random", "--trials", "40"],
                          capsys)
     assert rc == 2 and err.startswith("error: --profile") and err.count("\n") == 1
+
+
+def test_ctrl_c_saves_the_batch_in_flight_and_exits_130(tmp_path):
+    """SIGINT to a real `cosearch run` while a batch is RUNNING: the batch is finished and stored,
+    nothing is left RUNNING, exit code 130 with a one-line hint; the same command then completes."""
+    sp = write_space(tmp_path)
+    journal = tmp_path / "cosearch_studies.journal"
+    env = dict(os.environ, COSEARCH_DEBUG_BATCH_PAUSE="0.5", PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "cosearch", "run", sp, "--study", "c", "--sampler", "random", "--trials", "60",
+           "--batch-size", "4", "--seed", "2"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running_at_signal: list[int] = []
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not running_at_signal:
+            time.sleep(0.05)
+            if not journal.exists():
+                continue
+            try:
+                states = _states(journal, "c")
+            except Exception:  # study not created yet
+                continue
+            done = [n for n, s in states.items() if s[0] == TrialState.COMPLETE]
+            running_at_signal = [n for n, s in states.items() if s[0] == TrialState.RUNNING] if len(done) >= 4 else []
+        assert running_at_signal, "never caught a batch in flight"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
+    after = _states(journal, "c")
+    assert all(after[n][0] == TrialState.COMPLETE for n in running_at_signal)  # the batch in flight was saved
+    assert not [n for n, s in after.items() if s[0] == TrialState.RUNNING]
+    assert len(after) < 60
+    env.pop("COSEARCH_DEBUG_BATCH_PAUSE")
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    final = _states(journal, "c")
+    assert sum(s[0] == TrialState.COMPLETE for s in final.values()) == 60 == len(final)
