@@ -180,8 +180,10 @@ def read_profile_file(path: str | Path) -> tuple[Profile, Optional[CalibratedRan
     rng = data.get("calibrated_range")
     try:
         return prof, (CalibratedRange.model_validate(rng) if rng is not None else None)
-    except Exception as err:
-        raise CosearchError(f"{path}:calibrated_range", str(err).splitlines()[0]) from None
+    except Exception as err:  # pydantic ValidationError: name the field
+        first = err.errors()[0] if hasattr(err, "errors") else {"loc": (), "msg": str(err).splitlines()[0]}
+        where = ".".join(["calibrated_range", *map(str, first["loc"])])
+        raise CosearchError(f"{path}:{where}", f"{first['msg']} (fields: rows, gpu_types, params_b, gpus, seq_len)") from None
 
 
 def error_stats(log_err: np.ndarray) -> dict[str, float]:

@@ -210,3 +210,23 @@ def test_ctrl_c_saves_the_batch_in_flight_and_exits_130(tmp_path):
     assert out.returncode == 0, out.stderr
     final = _states(journal, "c")
     assert sum(s[0] == TrialState.COMPLETE for s in final.values()) == 60 == len(final)
+
+
+def test_run_warns_when_the_front_leaves_the_calibrated_range(tmp_path, capsys):
+    prof = tmp_path / "narrow.yaml"
+    prof.write_text("profile:\n  matmul_scale: 0.9\ncalibrated_range:\n  rows: 10\n  gpu_types: [a100-80gb]\n"
+                    "  params_b: [1, 200]\n  gpus: [8, 600]\n  seq_len: [2048, 2048]\n")
+    rc, _, err = run_cli(["run", write_space(tmp_path), "--study", "n", "--storage", str(tmp_path / "n.journal"),
+                          "--sampler", "exhaustive", "--profile", str(prof)], capsys)
+    assert rc == 0
+    lines = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    # the space holds 512 and 1024 GPUs of A100 and H100: front points on H100 or on 1024 GPUs warn,
+    # one summary line per field, never about the fields inside the range (model size, seq_len)
+    assert lines and all("front configurations extrapolate" in ln for ln in lines)
+    fields = {ln.split(" in ")[1].split(" ")[0] for ln in lines}
+    assert fields <= {"cluster.gpu", "cluster.gpus"}
+    study = optuna.load_study(study_name="n", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "n.journal"))))
+    outside = sum(t.user_attrs["scenario"]["cluster"]["gpus"] > 600 or t.user_attrs["scenario"]["cluster"]["gpu"] != "a100-80gb"
+                  for t in study.trials)
+    assert outside > 0

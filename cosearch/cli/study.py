@@ -94,11 +94,11 @@ def run_command(args: argparse.Namespace) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
     space = load_space(args.space)
-    profile = DEFAULT_PROFILE
+    profile, calibrated = DEFAULT_PROFILE, None
     if args.profile:
         from ..calibration import read_profile_file
 
-        profile, _ = read_profile_file(args.profile)
+        profile, calibrated = read_profile_file(args.profile)
     console = Console(stderr=True)
     unit = "points" if method == "exhaustive" else "trials"
     progress = Progress(TextColumn(f"[bold]{args.study}[/] {method}"), BarColumn(), MofNCompleteColumn(),
@@ -134,7 +134,36 @@ def run_command(args: argparse.Namespace) -> int:
         out.print(f"no feasible configuration found in {res.n_trials} trials of study {args.study!r}")
         return 1
     print_front(out, front, res.study.user_attrs["cosearch"]["objectives"], args.rows)
+    if calibrated is not None:
+        _warn_outside_range(res.study, front, calibrated)
     return 0
+
+
+def _warn_outside_range(study: Any, front: Any, calibrated: Any) -> None:
+    """Say (on stderr) when front configurations lie outside the range the profile was fitted on."""
+    import logging
+
+    from ..calibration import range_warnings
+    from ..scenario import parse_scenario
+
+    outside: dict[str, int] = {}
+    outside_example: dict[str, str] = {}
+    quiet = logging.getLogger("cosearch.estimate")
+    level, quiet.level = quiet.level, logging.ERROR  # one summary line here instead of a log line per point
+    try:
+        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+        for n in front["trial"]:
+            t = trials[int(n)]
+            for msg in range_warnings(calibrated, parse_scenario(t.user_attrs["scenario"]),
+                                      t.user_attrs["metrics"].get("params")):
+                key = msg.split(" ")[0] if not msg.startswith("model size") else "model size"
+                outside[key] = outside.get(key, 0) + 1
+                outside_example.setdefault(key, msg)
+    finally:
+        quiet.level = level
+    for key, n in outside.items():
+        print(f"warning: {n} of {len(front)} front configurations extrapolate the calibrated profile in {key} "
+              f"({outside_example[key]})", file=sys.stderr)
 
 
 _SCENARIO_COLS = ("model", "cloud.instance", "cloud.pricing", "cluster.gpu", "cluster.network_gbps", "cluster.nvlink_gbps", "cluster.hbm_gib",
