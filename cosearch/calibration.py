@@ -139,8 +139,9 @@ def calibrated_range(c: Candidates) -> CalibratedRange:
     )
 
 
-def range_warnings(rng: CalibratedRange | Mapping[str, Any], scenario: Any, params: float | None = None) -> list[str]:
-    """One message per way ``scenario`` leaves the calibrated range (also logged as warnings)."""
+def range_warnings(rng: CalibratedRange | Mapping[str, Any], scenario: Any, params: float | None = None,
+                   log: bool = True) -> list[str]:
+    """One message per way ``scenario`` leaves the calibrated range (also logged as warnings unless ``log`` is False)."""
     rng = rng if isinstance(rng, CalibratedRange) else CalibratedRange.model_validate(rng)
     cl, m = scenario.cluster, scenario.model
     out = []
@@ -157,7 +158,7 @@ def range_warnings(rng: CalibratedRange | Mapping[str, Any], scenario: Any, para
     lo, hi = rng.seq_len
     if not lo <= m.seq_len <= hi:
         out.append(f"model.seq_len {m.seq_len} is outside the calibrated range {lo}-{hi}")
-    for msg in out:
+    for msg in out if log else ():
         logging.getLogger("cosearch.estimate").warning("extrapolating: %s", msg)
     return out
 

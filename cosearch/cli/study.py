@@ -141,26 +141,19 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _warn_outside_range(study: Any, front: Any, calibrated: Any) -> None:
     """Say (on stderr) when front configurations lie outside the range the profile was fitted on."""
-    import logging
-
     from ..calibration import range_warnings
     from ..scenario import parse_scenario
 
     outside: dict[str, int] = {}
     outside_example: dict[str, str] = {}
-    quiet = logging.getLogger("cosearch.estimate")
-    level, quiet.level = quiet.level, logging.ERROR  # one summary line here instead of a log line per point
-    try:
-        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-        for n in front["trial"]:
-            t = trials[int(n)]
-            for msg in range_warnings(calibrated, parse_scenario(t.user_attrs["scenario"]),
-                                      t.user_attrs["metrics"].get("params")):
-                key = msg.split(" ")[0] if not msg.startswith("model size") else "model size"
-                outside[key] = outside.get(key, 0) + 1
-                outside_example.setdefault(key, msg)
-    finally:
-        quiet.level = level
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for n in front["trial"]:  # one summary line per field below, not a log line per point
+        t = trials[int(n)]
+        for msg in range_warnings(calibrated, parse_scenario(t.user_attrs["scenario"]),
+                                  t.user_attrs["metrics"].get("params"), log=False):
+            key = msg.split(" ")[0] if not msg.startswith("model size") else "model size"
+            outside[key] = outside.get(key, 0) + 1
+            outside_example.setdefault(key, msg)
     for key, n in outside.items():
         print(f"warning: {n} of {len(front)} front configurations extrapolate the calibrated profile in {key} "
               f"({outside_example[key]})", file=sys.stderr)
