@@ -10,9 +10,9 @@ import argparse
 import datetime
 import json
 
-from rich.console import Console
 from rich.table import Table
 
+from ._console import console
 from ..errors import CosearchError
 from ..model.profile import DEFAULT_PROFILE, KERNEL_PROFILE
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**report, "calibrated_range": rng.model_dump(mode="json"), "out": args.out}, indent=2))
         return 0
-    con = Console(width=160)
+    con = console()
     con.print(f"[bold]{report['rows']} measured rows[/] ({fmt} format) from {args.measured}; base profile: {args.base}")
     pt = Table(title="fitted parameters", title_justify="left")
     pt.add_column("parameter"); pt.add_column("base", justify="right"); pt.add_column("fitted", justify="right")

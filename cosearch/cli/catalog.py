@@ -5,9 +5,9 @@ import argparse
 import json
 import math
 
-from rich.console import Console
 from rich.table import Table
 
+from ._console import console
 from ..cloud.catalog import load_catalog
 from ..errors import CosearchError
 
@@ -52,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
                   _money(r["spot_usd_per_hour"]), _money(r["on_demand_usd_per_gpu_hour"]), _money(r["spot_usd_per_gpu_hour"]),
                   "-" if rev is None or (isinstance(rev, float) and math.isnan(rev)) else f"{rev:.4g}",
                   r["regions"], str(r["price_date"]))
-    Console(width=200).print(t)
+    console().print(t)
     return 0

@@ -7,6 +7,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from ._console import console
 from ..estimate import estimate
 from ..model.profile import Profile
 
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    render(result, Console())
+    render(result, console())
     return 0
 
 

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ._console import console
 from ..explain import explain
 from .estimate import load_profile
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    render(result, Console())
+    render(result, console())
     return 0
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ._console import console
 from ..errors import CosearchError
 
 
@@ -99,11 +100,11 @@ def run_command(args: argparse.Namespace) -> int:
         from ..calibration import read_profile_file
 
         profile, calibrated = read_profile_file(args.profile)
-    console = Console(stderr=True)
+    progress_console = Console(stderr=True)
     unit = "points" if method == "exhaustive" else "trials"
     progress = Progress(TextColumn(f"[bold]{args.study}[/] {method}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn(unit), TextColumn("{task.fields[feas]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                        console=console, transient=False, disable=not console.is_terminal)
+                        console=progress_console, transient=False, disable=not progress_console.is_terminal)
     task = None
 
     def callback(ev: dict) -> None:
@@ -121,7 +122,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
               file=sys.stderr)
         return 130
-    out = _console()
+    out = console()
     s = res.summary
     if res.kind == "exhaustive":
         out.print(f"[bold]{args.study}[/]: exhaustive over {s.get('points', 0):,} points in {s.get('elapsed_s', 0):.2f} s "
@@ -164,13 +165,7 @@ _SCENARIO_COLS = ("model", "cloud.instance", "cloud.pricing", "cluster.gpu", "cl
                   "plan.sequence_parallel", "plan.zero", "training.global_batch", "training.precision")
 
 
-def _console() -> Console:
-    """Rich console for tables; wide when piped (rich's 80-column default truncates every column)."""
-    c = Console()
-    return c if c.is_terminal else Console(width=200)
-
-
-def print_front(console: Console, front: Any, objectives: Sequence[str], rows: int) -> None:
+def print_front(out: Console, front: Any, objectives: Sequence[str], rows: int) -> None:
     cols = ["trial"] + list(objectives) + [c for c in ("mfu", "memory_gib", "gpus") if c not in objectives]
     if "p90_time_to_train_days" in front.columns and "p90_time_to_train_days" not in objectives:
         cols.insert(len(objectives) + 1, "p90_time_to_train_days")
@@ -183,7 +178,7 @@ def print_front(console: Console, front: Any, objectives: Sequence[str], rows: i
                                                                       "cloud.instance", "cloud.pricing") else "left")
     for _, r in front.head(rows).iterrows():
         t.add_row(*[_fmt(r.get(c)) for c in cols + varying])
-    console.print(t)
+    out.print(t)
 
 
 # ------------------------------------------------------------------------------------- best
@@ -199,7 +194,7 @@ def best_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    c = _console()
+    c = console()
     limits = ", ".join(f"{k} {v:g}" for k, v in res["limits"].items()) or "no limits"
     c.print(f"[bold]best {res['objective']}[/] ({res['direction']}) in study {res['study']!r} under {limits}: "
             f"[bold]{_fmt(res['value'])}[/] (trial {res['trial']})")
@@ -229,7 +224,7 @@ def pareto_command(args: argparse.Namespace) -> int:
         suffix = Path(args.plot).suffix.lower()
         if suffix not in (".png", ".html"):
             raise CosearchError("--plot", f"give a .png or .html file (got {args.plot!r})")
-    c = _console()
+    c = console()
     if front.empty:
         print(f"no feasible configuration in study {args.study!r}", file=sys.stderr)
         return 1
@@ -307,7 +302,7 @@ def studies_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    c = _console()
+    c = console()
     if not rows:
         c.print("no studies in this storage")
         return 0
