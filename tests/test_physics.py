@@ -85,11 +85,20 @@ def test_recompute_modes_order_activation_memory(attention):
 
 
 def test_inflight_layers_1f1b_and_interleaved():
-    assert mem.inflight_layers(96, 16, 1, 64) == pytest.approx(96)        # p micro-batches of l/p layers
-    assert mem.inflight_layers(96, 16, 1, 4) == pytest.approx(24)         # fewer micro-batches than stages
-    assert mem.inflight_layers(96, 8, 2, 64) == pytest.approx(96 * (1 + 7 / 16))
+    assert mem.inflight_layers(6, 16, 1, 64) == pytest.approx(96)         # p micro-batches of l/p layers
+    assert mem.inflight_layers(6, 16, 1, 4) == pytest.approx(24)          # fewer micro-batches than stages
+    assert mem.inflight_layers(12, 8, 2, 64) == pytest.approx(96 * (1 + 7 / 16))
+    assert mem.inflight_layers(6, 16, 1, 64, rank=1) == pytest.approx(6 * 15)  # the second rank: one fewer
 
 
-def test_uneven_pipeline_split_charges_the_fullest_stage():
-    # Llama 3 405B: 126 layers on 16 stages -> the fullest stage has ceil(126/16) = 8 layers.
-    assert mem.inflight_layers(126, 16, 1, 64) == pytest.approx(8 * 16)
+def test_uneven_pipeline_split_puts_the_short_stages_first_and_last():
+    # Llama 3 405B: 126 layers on 16 stages -> 8 layers on 14 ranks, 7 on the first and the last
+    # (Dubey et al. 2024, sec. 3.3.2). Even splits are unchanged.
+    assert [float(x) for x in mem.stage_layers(126, 16, 1)] == [8.0, 7.0, 7.0]
+    assert [float(x) for x in mem.stage_layers(127, 16, 1)] == [8.0, 7.0, 8.0]
+    assert [float(x) for x in mem.stage_layers(96, 16, 1)] == [6.0, 6.0, 6.0]
+    assert [float(x) for x in mem.stage_layers(126, 16, 4)] == [8.0, 7.0, 7.0]
+    assert [float(x) for x in mem.stage_layers(126, 1, 1)] == [126.0, 126.0, 126.0]
+    # peak stored layer-activations: first rank 7 x 16 = 112, second rank 8 x 15 = 120
+    peak = max(mem.inflight_layers(7, 16, 1, 64), mem.inflight_layers(8, 16, 1, 64, rank=1))
+    assert peak == pytest.approx(120)

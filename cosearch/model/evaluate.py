@@ -135,10 +135,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     # --- parameters per GPU --------------------------------------------------------------------
     layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
     emb_loc = V * h / tp
-    stage_layer_params = n_stage * layer_params_loc
-    params_first = stage_layer_params + emb_loc + np.where(pp > 1, 0.0, (1.0 - tied) * emb_loc)
-    params_last = stage_layer_params + emb_loc
-    params_stage = np.maximum(params_first, params_last)
+    _, n_first, n_last = mem.stage_layers(L, pp, v)  # uneven splits: first and last hold a layer fewer
+    params_first = n_first * layer_params_loc + emb_loc + np.where(pp > 1, 0.0, (1.0 - tied) * emb_loc)
+    params_last = n_last * layer_params_loc + emb_loc
+    params_mid = n_stage * layer_params_loc  # a full rank between them
+    params_stage = np.maximum(np.maximum(params_first, params_last), np.where(pp > 2, params_mid, 0.0))
 
     # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
     # gradients in backward, every micro-batch; prefetch hides them behind compute.
@@ -216,9 +217,16 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     working = np.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
     logits_buf = tok * (V / tp) * LOGIT_BYTES
     z3_buffers = np.where(z3, 2.0 * layer_params_loc * kern.BYTES_16BIT, 0.0)
-    stored_first = mem.inflight_layers(L, pp, v, m) * act_layer
-    stored_last = n_stage * act_layer
+    # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
+    # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits
+    stored_first = mem.inflight_layers(n_first, pp, v, m) * act_layer
     w1, g1, o1 = mem.model_state_bytes(params_first, zero, zg, fp8)
+    stored_mid = mem.inflight_layers(n_stage, pp, v, m, rank=1) * act_layer
+    wm, gm, om = mem.model_state_bytes(params_mid, zero, zg, fp8)
+    use_mid = (pp > 2) & (n_first < n_stage) & (wm + gm + om + stored_mid > w1 + g1 + o1 + stored_first)
+    w1, g1, o1 = np.where(use_mid, wm, w1), np.where(use_mid, gm, g1), np.where(use_mid, om, o1)
+    stored_first = np.where(use_mid, stored_mid, stored_first)
+    stored_last = n_last * act_layer
     w2, g2, o2 = mem.model_state_bytes(params_last, zero, zg, fp8)
     if any_offload:
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers

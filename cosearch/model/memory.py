@@ -55,16 +55,28 @@ def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, 
     return np.where(recompute >= 2, full, np.where(recompute >= 1, selective, none)), none
 
 
-def inflight_layers(layers, pp, interleave, num_microbatches):
-    """Layer-activations the first pipeline stage holds at its peak.
+def stage_layers(layers, pp, interleave):
+    """Transformer layers on the fullest, the first and the last pipeline rank.
 
-    1F1B keeps min(m, pp) micro-batches of layers/pp layers: about ``layers`` in all (Narayanan et
-    al. 2021); the interleaved schedule adds (pp-1)/(pp*v) of that (Korthikanti et al. 2022, sec. 4.2).
+    The fullest rank holds ceil(layers / (pp*v)) * v layers. When the split is uneven, the ranks
+    that also hold the embedding (first) and the loss (last) get one layer fewer -- Megatron-LM's
+    ``account_for_embedding/loss_in_pipeline_split`` and Llama 3's 405B layout (126 layers on 16
+    stages: 7 on the first and last, 8 on the others; Dubey et al. 2024, sec. 3.3.2)."""
+    fullest = np.ceil(layers / (pp * interleave)) * interleave
+    deficit = np.where(pp > 1, pp * fullest - layers, 0.0)
+    return fullest, fullest - (deficit >= 1), fullest - (deficit >= 2)
+
+
+def inflight_layers(stage_layers, pp, interleave, num_microbatches, rank=0):
+    """Layer-activations pipeline rank ``rank`` (holding ``stage_layers`` layers) keeps at its peak.
+
+    Under 1F1B rank r keeps min(m, pp - r) micro-batches in flight, so the first rank holds
+    about ``layers`` in all (Narayanan et al. 2021); the interleaved schedule adds (pp-1)/(pp*v) of
+    that (Korthikanti et al. 2022, sec. 4.2).
     """
-    per_stage = np.ceil(layers / (pp * interleave)) * interleave  # the fullest stage
-    inflight = np.minimum(num_microbatches, pp)
+    inflight = np.minimum(num_microbatches, np.maximum(pp - rank, 1.0))
     extra = np.where(interleave > 1, 1.0 + (pp - 1.0) / (pp * interleave), 1.0)
-    return per_stage * inflight * extra
+    return stage_layers * inflight * extra
 
 
 def usable_hbm_bytes(hbm_gib, reserved_gib, fragmentation):
