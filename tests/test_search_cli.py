@@ -84,8 +84,13 @@ def test_run_best_pareto_studies(tmp_path, capsys, monkeypatch):
     rc, out, _ = run_cli(["pareto", "--study", "s", "--csv", "f.csv", "--plot", "f.png"], capsys)
     assert rc == 0 and (tmp_path / "f.csv").read_text().startswith("trial,")
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
-    rc, _, _ = run_cli(["pareto", "--study", "s", "--plot", "f.html"], capsys)
+    rc, _, _ = run_cli(["pareto", "--study", "s", "--plot", "f.html", "--parquet", "f.parquet"], capsys)
     assert rc == 0 and "plotly" in (tmp_path / "f.html").read_text()[:100000].lower()
+    import pandas as pd
+
+    csv, parquet = pd.read_csv(tmp_path / "f.csv"), pd.read_parquet(tmp_path / "f.parquet")
+    assert list(parquet["trial"]) == list(csv["trial"])  # the same front in both tables
+    assert parquet["time_to_train_days"].to_numpy() == pytest.approx(csv["time_to_train_days"].to_numpy())
     rc, out, _ = run_cli(["studies", "--json"], capsys)
     assert rc == 0 and json.loads(out)[0]["trials"] == 100
 

@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--study", required=True)
     _storage_arg(p)
     p.add_argument("--csv", default=None, help="write the front to this CSV file")
+    p.add_argument("--parquet", default=None, help="write the front to this Parquet file")
     p.add_argument("--plot", default=None, help="write a plot: FILE.png (matplotlib) or FILE.html (plotly)")
     p.add_argument("--rows", type=int, default=30, help="front rows to print (default 30)")
     p.set_defaults(func=pareto_command)
@@ -228,12 +229,17 @@ def pareto_command(args: argparse.Namespace) -> int:
     if front.empty:
         print(f"no feasible configuration in study {args.study!r}", file=sys.stderr)
         return 1
-    if args.csv:
-        front.to_csv(args.csv, index=False)
+    for flag, path, write in (("--csv", args.csv, lambda p: front.to_csv(p, index=False)),
+                              ("--parquet", args.parquet, lambda p: front.to_parquet(p, index=False))):
+        if path:
+            try:
+                write(path)
+            except OSError as err:
+                raise CosearchError(flag, f"cannot write {path!r} ({err.strerror or err})") from None
     if args.plot:
         plot_front(study, info, front, args.plot)
     print_front(c, front, info["objectives"], args.rows)
-    for what, path in (("csv", args.csv), ("plot", args.plot)):
+    for what, path in (("csv", args.csv), ("parquet", args.parquet), ("plot", args.plot)):
         if path:
             c.print(f"wrote {what}: {path}")
     return 0
