@@ -27,3 +27,11 @@ def gpt3_scenario():
         "plan": {"tp": 8, "pp": 16, "microbatch": 1, "interleave": 1, "recompute": "full",
                  "sequence_parallel": True, "zero": 1},
     }
+
+
+def random_rows(space, n: int, seed: int):
+    """``n`` random points (rows of choice indices) of a finite search space."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.integers(0, len(d.choices), n) for d in space.dims], axis=1).astype(float)

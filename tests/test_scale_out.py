@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
+from conftest import random_rows
 from optuna.trial import TrialState
 
 from cosearch.distributed import dask_sweep, parse_dask_address, plan_ranges, sweep
@@ -320,8 +321,7 @@ def test_rdb_batch_writes_what_the_public_api_writes(tmp_path):
 
     space = parse_space(yaml_dict(SPACE_SMALL))
     codec = ParamCodec(space)
-    rng = np.random.default_rng(0)
-    rows = np.stack([rng.integers(0, len(d.choices), 6).astype(float) for d in space.dims], axis=1)
+    rows = random_rows(space, 6, seed=0)
     records = build_records(space, rows, space.evaluate_rows(rows))
     out = {}
     for mode in ("api", "batch"):

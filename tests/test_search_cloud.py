@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import random_rows
 
 from cosearch.errors import CosearchError
 from cosearch.estimate import estimate
@@ -26,8 +27,7 @@ def cloud_space(**over):
 
 def test_rows_match_scalar_estimate_of_stored_scenario():
     sp = parse_space(cloud_space())
-    rng = np.random.default_rng(1)
-    rows = np.stack([rng.integers(0, len(d.choices), 60) for d in sp.dims], axis=1).astype(float)
+    rows = random_rows(sp, 60, seed=1)
     m = sp.evaluate_rows(rows)
     checked = 0
     for i, sc in enumerate(sp.scenarios(rows)):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import random_rows
 
 from cosearch.errors import CosearchError
 from cosearch.estimate import estimate
@@ -24,8 +25,7 @@ def base_space(**over):
 
 def test_rows_match_scalar_estimate():
     sp = parse_space(base_space())
-    rng = np.random.default_rng(0)
-    rows = np.stack([rng.integers(0, len(d.choices), 40) for d in sp.dims], axis=1).astype(float)
+    rows = random_rows(sp, 40, seed=0)
     m = sp.evaluate_rows(rows)
     checked = 0
     for i, sc in enumerate(sp.scenarios(rows)):

@@ -763,17 +763,14 @@ def _check_cloud_space(base: Mapping[str, Any], dims: Sequence[Dimension]) -> No
     """A cloud space rents instances: the instance type decides the cluster, and only the
     instance, count, pricing and transient knobs may vary (one-line errors otherwise)."""
     cloud, cluster = base["cloud"], base.get("cluster") or {}
-    if not isinstance(cloud, Mapping):
-        raise CosearchError("cloud", f"expected a mapping with instance and instances (got {type(cloud).__name__})")
     for key in _CLOUD_DECIDES:
         if key in cluster:
             raise CosearchError(f"cluster.{key}", "decided by cloud.instance in a cloud space; vary cloud.instance/"
                                 "instances/pricing instead")
     if "dp" in (base.get("plan") or {}):
         raise CosearchError("plan.dp", "in a cloud space dp is derived from cloud.instances; drop plan.dp")
-    for key in ("instances",):
-        if key not in cloud:
-            raise CosearchError(f"cloud.{key}", "required in a cloud space")
+    if "instances" not in cloud:
+        raise CosearchError("cloud.instances", "required in a cloud space")
     fixed_only = {"provider", "region", "catalog"}
     for d in dims:
         if d.path.startswith("cloud.") and d.path.split(".", 1)[1] in fixed_only:
