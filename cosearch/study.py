@@ -21,8 +21,8 @@ finished trial in batches; ``exhaustive`` writes only the exact front and a summ
 """
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import math
 import time
 import warnings

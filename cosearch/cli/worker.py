@@ -81,12 +81,9 @@ def open_storage(storage: str | None, attempts: int = 4) -> Any:
 def _profile(path: str | None) -> Any:
     """The profile of ``--profile PATH`` (default: the shipped one)."""
     from ..model.profile import DEFAULT_PROFILE
+    from .estimate import load_profile
 
-    if not path:
-        return DEFAULT_PROFILE
-    from ..calibration import read_profile_file
-
-    return read_profile_file(path)[0]
+    return load_profile(path) or DEFAULT_PROFILE
 
 
 def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: str, n_trials: int | None,
