@@ -45,7 +45,7 @@ from ._trials import (
 from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
 from .samplers import (
-    OPTUNA_SAMPLERS, BudgetExhausted, ParamCodec, check_method, optuna_method,
+    OPTUNA_SAMPLERS, BudgetExhausted, ParamCodec, optuna_method, resolve_method,
     run_exhaustive, run_scipy,
 )
 from .search.pareto import pareto_mask
@@ -277,7 +277,7 @@ def run_study(
     space: SearchSpace | str | Path | Mapping[str, Any],
     study_name: str,
     storage: BaseStorage | str | None = None,
-    sampler: str = "tpe",
+    sampler: str = "auto",
     n_trials: int = 1000,
     seed: int | None = 0,
     batch_size: int | None = None,
@@ -301,8 +301,8 @@ def run_study(
     :func:`cosearch.samplers.run_exhaustive` with the same signature and result (e.g. the dask
     sweep of :mod:`cosearch.distributed`).
     """
-    method = check_method(sampler)
     space = _as_space(space)
+    method = resolve_method(sampler, space)
     if not isinstance(n_trials, (int, np.integer)) or isinstance(n_trials, bool) or n_trials < 1:
         if method != "exhaustive":
             raise CosearchError("--trials", f"must be a positive integer (got {n_trials!r})")

@@ -221,3 +221,24 @@ def test_journal_storage_roundtrip(tmp_path):
     assert all(t.state.is_finished() for t in st.get_trials())
     front = pareto_front(st)
     assert not front.empty and math.isfinite(front["time_to_train_days"].iloc[0])
+
+
+def test_auto_method_enumerates_small_spaces_and_samples_large_ones():
+    from cosearch.samplers import AUTO_EXHAUSTIVE_POINTS, resolve_method
+
+    small = space()
+    assert small.size <= AUTO_EXHAUSTIVE_POINTS and resolve_method("auto", small) == "exhaustive"
+    big = dict(json.loads(json.dumps(TINY)))
+    big["cluster"] = {"gpu": ["a100-80gb", "h100-sxm"], "gpus": {"min": 64, "max": 8192, "step": 64},
+                      "network_gbps": {"min": 100, "max": 800, "step": 1}}
+    big["plan"] = dict(big["plan"], zero=[0, 1, 2, 3], sequence_parallel=[False, True], interleave=[1, 2, 4])
+    large = parse_space(big)
+    assert large.is_finite() and large.size > AUTO_EXHAUSTIVE_POINTS
+    assert resolve_method("auto", large) == "nsga2"
+    assert resolve_method("auto", parse_space({**big, "objectives": ["step_time_s"], "constraints": {}})) == "tpe"
+    cont = parse_space({**TINY, "cluster": {"gpu": "a100-80gb", "gpus": 1024, "network_gbps": {"min": 100.0, "max": 800.0}}})
+    assert not cont.is_finite() and resolve_method("auto", cont) == "nsga2"
+    assert resolve_method("TPE", small) == "tpe"  # explicit choices pass through
+    # a study run with auto on a small space is the exact enumeration
+    res = run_study(small, "auto", optuna.storages.InMemoryStorage())
+    assert res.method == "exhaustive" and res.study.user_attrs["cosearch"]["kind"] == "exhaustive"

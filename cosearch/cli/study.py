@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("space", help="search space YAML file (see searchspaces/)")
     p.add_argument("--study", required=True, help="study name; the same name resumes the study")
     _storage_arg(p)
-    p.add_argument("--sampler", default="tpe", help=f"search method: {', '.join(METHODS)} (default tpe)")
+    p.add_argument("--sampler", default="auto", help=f"search method: auto, {', '.join(METHODS)} (default auto: "
+                   "exhaustive for a finite space up to 1e7 points, else nsga2, or tpe for one objective)")
     p.add_argument("--trials", type=int, default=1000, help="trials the study should hold in total (default 1000; "
                    "ignored by exhaustive)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -85,7 +86,7 @@ def _fmt(v: Any) -> str:
 
 # ------------------------------------------------------------------------------------- run
 def run_command(args: argparse.Namespace) -> int:
-    from ..samplers import check_method
+    from ..samplers import check_method, resolve_method
     from ..search.space import load_space
     from ..model.profile import DEFAULT_PROFILE
     from ..study import pareto_front, run_study
@@ -96,6 +97,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
     space = load_space(args.space)
+    method = resolve_method(method, space)
     profile, calibrated = DEFAULT_PROFILE, None
     if args.profile:
         from ..calibration import read_profile_file

@@ -91,15 +91,15 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
     """Open (or create) a sampled study for several workers and store its trial target."""
     import optuna
 
-    from ..samplers import OPTUNA_SAMPLERS, check_method
+    from ..samplers import OPTUNA_SAMPLERS, resolve_method
     from ..scaleout import get_target, set_target
     from ..study import _as_space, _open_study
 
-    method = check_method(sampler)
+    space = _as_space(space)
+    method = resolve_method(sampler, space)
     if method not in OPTUNA_SAMPLERS:
         raise CosearchError("--sampler", f"{method} runs in one process; several workers need an optuna sampler "
                             f"({', '.join(OPTUNA_SAMPLERS)}), or exhaustive with --dask")
-    space = _as_space(space)
     st = st if st is not None else open_storage(storage)
     for attempt in range(20):
         try:
@@ -190,13 +190,18 @@ def _extend_run(run: argparse.ArgumentParser) -> None:
 
 
 def _run_scaled(args: argparse.Namespace, single: Callable[[argparse.Namespace], int]) -> int:
-    from ..samplers import check_method
+    from ..samplers import check_method, resolve_method
 
     workers = int(getattr(args, "workers", 1) or 1)
     address = getattr(args, "dask", None)
     if workers < 1:
         raise CosearchError("--workers", f"must be >= 1 (got {workers})")
-    method = check_method(getattr(args, "sampler", None) or "tpe")
+    method = check_method(getattr(args, "sampler", None) or "auto")
+    if method == "auto":
+        from ..search.space import load_space
+
+        method = resolve_method(method, load_space(args.space))
+        args.sampler = method
     if address and method != "exhaustive":
         raise CosearchError("--dask", "distributes the exhaustive enumeration: add --sampler exhaustive "
                             "(sampled studies scale with --workers / cosearch worker)")
