@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._malloc import keep_heap
 from .errors import CosearchError
 from .search.pareto import merge_fronts, pareto_mask
 from .samplers._exhaustive import fold_best, reduce_chunk
@@ -153,7 +154,7 @@ def sweep_range(space: SearchSpace, start: int, stop: int, sub_chunk: int = SUB_
     front in position order, so duplicates keep their lowest position.
     """
     t0 = time.perf_counter()
-    _tune_malloc()
+    keep_heap()
     total = _check_finite(space)
     start, stop = max(0, int(start)), min(int(stop), total)
     names, senses = front_columns(space)
@@ -174,34 +175,6 @@ def sweep_range(space: SearchSpace, start: int, stop: int, sub_chunk: int = SUB_
         else:
             front_pts, front_idx = pts, idx
     return RangeResult(start, stop, front_pts, front_idx, counts, best, time.perf_counter() - t0, _worker_name())
-
-
-_MALLOC_TUNED = False
-
-
-def _tune_malloc() -> None:
-    """Keep glibc from returning every large numpy temporary to the kernel.
-
-    dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``; a fixed trim threshold turns
-    off glibc's adaptive mmap threshold, so each multi-MB temporary is a fresh mmap and page faults
-    make the model ~2x slower. Fixed 32 MiB mmap and 512 MiB trim thresholds restore heap reuse. No-op off
-    glibc, and done once per process.
-    """
-    global _MALLOC_TUNED
-    if _MALLOC_TUNED:
-        return
-    _MALLOC_TUNED = True
-    if os.environ.get("MALLOC_TRIM_THRESHOLD_") is None:
-        return  # glibc's adaptive thresholds are in effect: leave them
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        libc.mallopt(m_mmap_threshold, 32 << 20)  # glibc caps it at 32 MiB
-        libc.mallopt(m_trim_threshold, 512 << 20)
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        pass
 
 
 def _worker_name() -> str:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._malloc import keep_heap
 from ..model.profile import DEFAULT_PROFILE, Profile
 from ..search.pareto import merge_fronts, pareto_mask
 from ..search.space import SearchSpace, direction
@@ -84,6 +85,7 @@ def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable
                    profile: Profile = DEFAULT_PROFILE) -> ExhaustiveResult:
     """Enumerate every point of a finite space (evaluated with ``profile``); return the exact front and counts."""
     space._require_finite("exhaustive search")
+    keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
     metrics = front_metrics(space)
     senses = [direction(m) for m in metrics]
     total = int(space.size)
