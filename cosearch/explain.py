@@ -10,7 +10,8 @@ are then recomputed with :func:`cosearch.estimate` on the changed scenario, so w
 promises is exactly what ``cosearch estimate`` gives for the changed file.
 
 Hardware upgrades keep the GPU's catalog price: their cost columns show the time saved, not the
-price of the faster network.
+price of the faster network. A rented scenario (``cloud`` section) is offered other instance types
+with the same GPU count instead, priced from the catalog.
 """
 from __future__ import annotations
 
@@ -171,6 +172,9 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
                 upd["plan.dp"] = int(new["dp"])
             label = f"{up} {mesh[up]:.0f} -> {new[up]:.0f}, {down} {mesh[down]:.0f} -> {new[down]:.0f}"
             out.append(Change(label, "plan", upd))
+    if sc.cloud is not None:
+        out.extend(_instance_changes(sc))
+        return out  # a rented cluster's hardware comes from its instance type, not from upgrades
     hw = {k: float(cols[k]) for k in HARDWARE_FACTORS}
     names = {"network_gbps": ("network", "Gbit/s per GPU"), "nvlink_gbps": ("NVLink", "GB/s"), "hbm_gib": ("HBM", "GiB")}
     for key, factors in HARDWARE_FACTORS.items():
@@ -191,8 +195,36 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
     return out
 
 
-def _column_updates(updates: Mapping[str, Any], base: Mapping[str, float]) -> dict[str, float]:
+def _instance_changes(sc: Scenario) -> list[Change]:
+    """Other catalog instance types that rent the same number of GPUs (spot ones only when the
+    scenario rents spot), for a scenario with a ``cloud`` section."""
+    from .cloud.provision import catalog_for, instance_of
+
+    cat, current = catalog_for(sc.cloud), instance_of(sc.cloud)
+    gpus = sc.cluster.gpus
+    out = []
+    for it in cat.instances.values():
+        if it.key == current.key or gpus % it.gpus or (sc.cloud.pricing == "spot" and not it.has_spot):
+            continue
+        n = gpus // it.gpus
+        out.append(Change(f"instance {current.key} x {sc.cloud.instances} -> {it.key} x {n}", "hardware",
+                          {"cloud.instance": it.key, "cloud.instances": n}))
+    return out
+
+
+def _column_updates(updates: Mapping[str, Any], base: Mapping[str, float], sc: Scenario | None = None) -> dict[str, float]:
     cols: dict[str, float] = {}
+    if "cloud.instance" in updates and sc is not None and sc.cloud is not None:
+        # the instance type decides the hardware columns (cosearch.cloud.instance_columns)
+        from .cloud import instance_columns
+        from .cloud.provision import catalog_for
+
+        cat = catalog_for(sc.cloud)
+        code = cat.codes()[cat.get(updates["cloud.instance"]).key]
+        hw = instance_columns(code, updates["cloud.instances"], float(sc.cloud.pricing == "spot"),
+                              base["precision"], cat)
+        cols.update({k: float(np.asarray(v).reshape(-1)[0]) for k, v in hw.items()})
+        updates = {k: v for k, v in updates.items() if not k.startswith("cloud.")}
     for path, value in updates.items():
         key = path.split(".", 1)[1]
         if key in CATEGORICAL_CODES:
@@ -207,6 +239,11 @@ def _column_updates(updates: Mapping[str, Any], base: Mapping[str, float]) -> di
 def changed_scenario(sc: Scenario, updates: Mapping[str, Any]) -> dict[str, Any]:
     """The scenario (as a dict) with ``updates`` (``section.key -> value``) applied."""
     data = copy.deepcopy(sc.model_dump(mode="json"))
+    if any(path.startswith("cloud.") for path in updates):
+        from .cloud.provision import DERIVED_CLUSTER_FIELDS
+
+        for key in DERIVED_CLUSTER_FIELDS:  # the new instance type decides them again
+            data["cluster"].pop(key, None)
     for path, value in updates.items():
         section, key = path.split(".", 1)
         data[section][key] = value
@@ -226,7 +263,7 @@ def rank_changes(sc: Scenario, profile: Profile = DEFAULT_PROFILE, changes: list
     changes = neighbours(sc, base) if changes is None else changes
     if not changes:
         return []
-    per_change = [_column_updates(c.updates, base) for c in changes]
+    per_change = [_column_updates(c.updates, base, sc) for c in changes]
     keys = sorted({k for u in per_change for k in u})
     cols: dict[str, Any] = dict(base)
     for k in keys:

@@ -126,3 +126,27 @@ def test_cli_explain_bad_input_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "cosearch", "explain", str(path)], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.startswith("error:") and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_rented_cluster_is_offered_instance_types_not_upgrades():
+    """A cloud scenario bound by a 100 Gbit/s-per-node network: the suggestions swap the instance
+    type (same GPU count, catalog prices), never a bandwidth the instance does not have, and every
+    ranked change re-estimates identically from its changed scenario."""
+    sc = {"model": "llama2-70b", "training": {"global_batch": 1024, "tokens": 1.0e12},
+          "cloud": {"instance": "lambda/gpu_8x_h100_sxm5", "instances": 32},
+          "plan": {"tp": 8, "pp": 1, "microbatch": 1, "recompute": "full", "sequence_parallel": True, "zero": 3}}
+    x = explain(sc)
+    assert x["limits"]["limiter"] == "communication"
+    ranked = rank_changes(load_scenario(sc))
+    hardware = [e for e in ranked if e["kind"] == "hardware"]
+    assert hardware and all(set(e["updates"]) == {"cloud.instance", "cloud.instances"} for e in hardware)
+    for e in ranked:
+        changed = changed_scenario(load_scenario(sc), e["updates"])
+        r = estimate(changed)
+        assert r["step_time_s"] == pytest.approx(e["step_time_s"], rel=1e-9), e["label"]
+        assert r["gpus"] == 256  # the same GPUs, rented differently
+    # the suggestion moves to an instance type with a faster network and is confirmed by estimate
+    s = _assert_suggestion_improves(x, sc)
+    if s["kind"] == "hardware":
+        new = load_scenario(s["scenario"])
+        assert new.cluster.network_gbps > load_scenario(sc).cluster.network_gbps

@@ -126,8 +126,10 @@ def render(x: dict, console: Console) -> None:
     if s["kind"] != "plan" and bp is not None:
         console.print(f"  best change on the same hardware: [cyan]{bp['label']}[/] -> step {bp['step_time_s']:.4g} s, "
                       f"{100 * bp['gain']:.1f} % faster")
-    if s["kind"] == "hardware":
+    if s["kind"] == "hardware" and x["estimate"]["scenario"].get("cloud") is None:
         console.print("  [dim](hardware upgrades are priced at the catalog GPU price)[/]")
+    elif s["kind"] == "hardware":
+        console.print("  [dim](other instance types renting the same GPUs, at their catalog prices)[/]")
     at = Table(title=f"top changes ({x['candidates_feasible']} of {x['candidates_evaluated']} candidates feasible)",
                title_justify="left", title_style="bold")
     for col, just in (("change", "left"), ("kind", "left"), ("step", "right"), ("time", "right"), ("speedup", "right"),
