@@ -112,7 +112,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     logits_b = 2.0 * logit_gemm + logit_elem
 
     # --- communication inside a micro-batch ---------------------------------------------------
-    n_stage = np.ceil(L / (pp * v)) * v  # layers on the fullest stage (uneven splits allowed)
+    # layers on the fullest, first and last rank (uneven splits allowed: first and last hold a layer fewer)
+    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
     act_bytes = tok * h * kern.BYTES_16BIT
     # Megatron: 2 all-reduces (or with SP 2 all-gathers + 2 reduce-scatters) per layer in forward,
     # 2 in backward, 2 more when the forward is recomputed.
@@ -135,7 +136,6 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     # --- parameters per GPU --------------------------------------------------------------------
     layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
     emb_loc = V * h / tp
-    _, n_first, n_last = mem.stage_layers(L, pp, v)  # uneven splits: first and last hold a layer fewer
     params_first = n_first * layer_params_loc + emb_loc + np.where(pp > 1, 0.0, (1.0 - tied) * emb_loc)
     params_last = n_last * layer_params_loc + emb_loc
     params_mid = n_stage * layer_params_loc  # a full rank between them

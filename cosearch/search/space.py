@@ -36,7 +36,7 @@ from ..model.columns import CATEGORICAL_CODES, INPUT_COLUMNS, broadcast_columns
 from ..model.feasibility import RULES, valid_mask
 from ..model.profile import DEFAULT_PROFILE, Profile
 from ..cloud import CloudSpec, apply_cloud, instance_columns, load_catalog
-from ..cloud.provision import derived_cluster
+from ..cloud.provision import derived_cluster, instance_of
 from ..presets import ARCH_FIELDS, preset
 from ..scenario import HARDWARE_OVERRIDES, parse_scenario, read_yaml
 
@@ -752,10 +752,9 @@ def _expand_cloud(cloud: Mapping[str, Any]) -> dict[str, Any]:
             if any("/" not in str(n) for n in names):
                 raise CosearchError("cloud.provider", "with a list of providers write instances as provider/instance")
             c.pop("provider")
-        for n in names:
-            it = cat.get(str(n), prov if isinstance(prov, str) else None)
-            if region is not None and region not in it.regions:
-                raise CosearchError("cloud.region", f"{it.key} is not offered in {region!r}; allowed: {', '.join(it.regions)}")
+        for n in names:  # the scenario's own check: instance known, offered in the region
+            instance_of(CloudSpec(instance=str(n), provider=prov if isinstance(prov, str) else None, region=region,
+                                  instances=1, catalog=c.get("catalog")))
     return c
 
 
