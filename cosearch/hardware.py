@@ -17,7 +17,7 @@ from .data import data_text
 
 #: Fraction of the datasheet dense peak that large bf16 GEMMs reach, per GPU id.
 #: h100-sxm: least-squares fit of ``t = t0 + max(F/(eta*peak), bytes/bw)`` to the 230 measured
-#: GEMMs in ``shared/measurements/h100/gemm.csv`` (eta = 0.707, t0 = 19 us; experiments/fit_gemm.py).
+#: GEMMs in ``experiments/data/measurements/h100/gemm.csv`` (eta = 0.707, t0 = 19 us; experiments/fit_gemm.py).
 #: Other GPUs: no measurement here; 0.80 is the large-GEMM plateau cuBLAS reports on A100/V100-class
 #: parts that do not power-throttle as the 700 W H100 does; Hopper/Blackwell parts take the H100 value.
 MATMUL_EFFICIENCY_DEFAULT = 0.80

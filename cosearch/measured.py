@@ -11,7 +11,7 @@ Two formats, told apart by their columns:
   fields (``tp, pp, dp, cp, microbatch, interleave, recompute, sequence_parallel, zero, zero_group,
   overlap_grad_reduce``). Empty cells take the scenario defaults. ``name``, ``source``, ``notes``
   and ``id`` are carried along. Every other column is an error.
-* **Published-runs format** of ``shared/validation/published_runs_public.csv`` (``source_id``,
+* **Published-runs format** of ``experiments/data/validation/published_runs_public.csv`` (``source_id``,
   ``gpu_type``, ``n_layers``, ``hidden_size`` ... ): rows are turned into candidate scenarios by
   :func:`cosearch.validation.build_candidates` (unknown knobs tuned as the authors did).
 """

@@ -1,6 +1,6 @@
 """Published training runs as scenarios: the ground truth the model is checked and calibrated against.
 
-Reads ``shared/validation/published_runs_public.csv`` (see its SOURCES.md) and turns each row that
+Reads ``experiments/data/validation/published_runs_*.csv`` (see its SOURCES.md) and turns each row that
 states enough into a scenario plus the measured step time. Knobs a source does not state are not
 guessed per row: micro-batch size and interleaving, when missing, are set to the model's own best
 feasible choice (the authors tuned them), and facts of the software era are applied by source
@@ -29,7 +29,11 @@ from .scenario import parse_scenario, scenario_columns
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PATH = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "published_runs_public.csv"
+#: The published-runs CSVs copied into the repository (experiments/data/validation/SOURCES.md); present in a
+#: clone or an editable install, not in a wheel.
+DATA_DIR = Path(__file__).resolve().parents[1] / "experiments" / "data" / "validation"
+DEFAULT_PATH = DATA_DIR / "published_runs_public.csv"
+MODERN_PATH = DATA_DIR / "published_runs_modern.csv"
 
 def _gpu_id(text: str) -> tuple[str, dict[str, float]]:
     """Catalog id and the cluster overrides a run's ``gpu_type`` text states (network, DGX-2 size)."""

@@ -1,7 +1,7 @@
 """Fit the shipped default profile to the public published runs, and report held-out accuracy.
 
 Fits three global constants (sustained matmul fraction, attention kernel efficiency, exposed share
-of FSDP traffic) to every usable row of shared/validation/published_runs_public.csv, starting from
+of FSDP traffic) to every usable row of experiments/data/validation/published_runs_public.csv, starting from
 the kernel-level physics profile, and writes cosearch/data/profile_published.yaml. Reports
 in-sample, 5-fold and leave-one-source-out errors (each fold fitted without its rows).
 """
@@ -22,7 +22,7 @@ from cosearch.model.profile import KERNEL_PROFILE  # noqa: E402
 from cosearch.validation import build_candidates, load_published_runs  # noqa: E402
 
 PARAMS = ("matmul_scale", "flash_attention_relative", "fsdp_overlap")
-CSV = HERE.parent.parent / "shared" / "validation" / "published_runs_public.csv"
+CSV = HERE / "data" / "validation" / "published_runs_public.csv"
 
 
 def stats(log_err: np.ndarray) -> dict[str, float]:

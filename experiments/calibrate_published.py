@@ -25,7 +25,7 @@ from cosearch.calibration import calibrate, calibrated_range, cross_validate, er
 from cosearch.measured import load_measured  # noqa: E402
 from cosearch.model.profile import KERNEL_PROFILE  # noqa: E402
 
-CSV = HERE.parent.parent / "shared" / "validation" / "published_runs_public.csv"
+CSV = HERE / "data" / "validation" / "published_runs_public.csv"
 PARAM_SETS = {
     "matmul only": ("matmul_scale",),
     "matmul + attention + FSDP overlap (shipped default's set)": ("matmul_scale", "flash_attention_relative", "fsdp_overlap"),
@@ -64,7 +64,7 @@ def main() -> int:
     (out / "calibrate_published.json").write_text(json.dumps(report, indent=2))
 
     lines = [f"Step-time error |predicted/measured - 1| on {report['rows']} published runs "
-             f"(shared/validation/published_runs_public.csv); base: kernel-physics profile.", "",
+             f"(experiments/data/validation/published_runs_public.csv); base: kernel-physics profile.", "",
              "| fitted parameters | before: median / p90 | after, 5-fold held out: median / p90 | after, leave-one-source-out: median / p90 | after, in sample: median / p90 |",
              "|---|---|---|---|---|"]
     for r in results:

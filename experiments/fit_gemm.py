@@ -16,7 +16,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 HERE = Path(__file__).resolve().parent
-CSV = HERE.parent.parent / "shared" / "measurements" / "h100" / "gemm.csv"
+CSV = HERE / "data" / "measurements" / "h100" / "gemm.csv"
 PEAK_BF16 = 989e12      # H100 SXM datasheet dense bf16
 COPY_BPS = 3.00e12      # measured device-to-device copy, same machine (gemm README)
 

@@ -20,7 +20,7 @@ from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE  # noqa: E402
 from cosearch.validation import build_candidates, load_published_runs, validation_table  # noqa: E402
 
-DEFAULT_CSV = HERE.parent.parent / "shared" / "validation" / "published_runs_public.csv"
+DEFAULT_CSV = HERE / "data" / "validation" / "published_runs_public.csv"
 
 
 def summarize(df: pd.DataFrame) -> dict[str, float]:

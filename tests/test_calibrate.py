@@ -13,7 +13,7 @@ from cosearch import estimate
 from cosearch.calibration import FITTABLE, read_profile_file
 from cosearch.model.profile import DEFAULT_PROFILE
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs_public.csv"
+PUBLISHED = Path(__file__).resolve().parents[1] / "experiments" / "data" / "validation" / "published_runs_public.csv"
 TRUE = dict(matmul_scale=0.8, network_efficiency=0.6)
 
 
@@ -81,7 +81,6 @@ def test_calibration_recovers_known_profile_from_synthetic_measurements(tmp_path
     assert any("extrapolating" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)  # also logged
 
 
-@pytest.mark.skipif(not PUBLISHED.exists(), reason="shared/validation not present")
 def test_calibration_lowers_held_out_error_on_published_runs(tmp_path, capsys):
     rc, stdout, err = _main(capsys, "calibrate", str(PUBLISHED), "--out", str(tmp_path / "p.yaml"), "--base", "kernel",
                             "--params", "matmul_scale,flash_attention_relative", "--folds", "3", "--json")

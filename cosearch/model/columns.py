@@ -34,6 +34,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
     # hardware (resolved from the catalog plus overrides)
     "peak_tflops": None, "matmul_efficiency": None, "hbm_gib": None, "hbm_tbps": None,
+    "matmul_efficiency_fp8": np.nan,  # fraction of the fp8 peak large GEMMs reach; NaN: bf16 value x profile ratio
     "nvlink_gbps": None, "nvlink_domain": None, "gpus_per_node": None, "network_gbps": None,
     "power_w": None, "price_usd_per_gpu_hour": None,
     # cluster co-design knobs (defaults: no expansion tier, full-bisection network)

@@ -2,7 +2,7 @@
 
 GEMM time is ``t0 + max(2mnk / (eta * peak), bytes / (hbm_eff * hbm_bw))``: a fixed per-kernel
 cost plus the roofline of the larger of compute and memory traffic. On the measured H100 GEMMs
-(shared/measurements/h100/gemm.csv) this form has a median error of 2.3 % (experiments/fit_gemm.py).
+(experiments/data/measurements/h100/gemm.csv) this form has a median error of 2.3 % (experiments/fit_gemm.py).
 """
 from __future__ import annotations
 

@@ -65,7 +65,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
 
     # --- rates -------------------------------------------------------------------------------
     peak = c["peak_tflops"] * 1e12
-    gemm_eff = c["matmul_efficiency"] * p.matmul_scale * np.where(fp8 > 0, p.fp8_matmul_relative, 1.0)
+    eff8 = np.where(np.isnan(c["matmul_efficiency_fp8"]), c["matmul_efficiency"] * p.fp8_matmul_relative,
+                    c["matmul_efficiency_fp8"])
+    gemm_eff = np.where(fp8 > 0, eff8, c["matmul_efficiency"]) * p.matmul_scale
     gemm_Fps = peak * gemm_eff
     peak16 = np.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
     gemm16_Fps = peak16 * c["matmul_efficiency"] * p.matmul_scale

@@ -9,7 +9,7 @@ Two profiles ship:
   (experiments/gpu/compare_layer.py).
 * ``DEFAULT_PROFILE``: the kernel profile with the end-to-end constants (sustained matmul fraction,
   attention kernel efficiency, FSDP overlap) refitted to the published runs in
-  shared/validation (data/profile_published.yaml, made by experiments/calibrate_default.py).
+  experiments/data/validation (data/profile_published.yaml, made by experiments/calibrate_default.py).
   Real frameworks lose throughput to things a kernel model does not see (clock throttling, host
   overhead, collective/compute contention, older attention kernels); this profile carries them.
 """
@@ -24,7 +24,7 @@ class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     #: Per-GEMM fixed time (launch, fill and drain of the tile pipeline), seconds. Fit of
-    #: ``t = t0 + max(F/(eta*peak), bytes/bw)`` to shared/measurements/h100/gemm.csv (experiments/fit_gemm.py).
+    #: ``t = t0 + max(F/(eta*peak), bytes/bw)`` to experiments/data/measurements/h100/gemm.csv (experiments/fit_gemm.py).
     gemm_overhead_s: float = Field(19e-6, ge=0)
     #: Scale on each GPU's catalog matmul efficiency (1.0 = as measured / catalogued).
     matmul_scale: float = Field(1.0, gt=0, le=1.5)
