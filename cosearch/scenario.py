@@ -50,7 +50,10 @@ class TrainingSpec(_Strict):
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     tokens: Optional[float] = Field(None, gt=0, description="tokens to train, for time-to-train and cost")
-    attention: Literal["flash", "standard"] = "flash"
+    attention: Literal["flash", "standard", "triton"] = Field(
+        "flash", description="flash: fused kernels of 2023 on (FlashAttention-2/3, cuDNN); standard: unfused; "
+        "triton: the 2023 Triton flash-attention kernel")
+    dropout: bool = Field(False, description="dropout layers on (GPT-3-era recipes); modern LLM recipes train without")
     target_tokens: Optional[float] = Field(
         None, gt=0, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
     critical_batch_tokens: Optional[float] = Field(
@@ -87,6 +90,8 @@ class PlanSpec(_Strict):
     zero: Literal[0, 1, 2, 3] = 0
     zero_group: Optional[int] = Field(None, gt=0, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")
     overlap_grad_reduce: bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
+    tp_comm_overlap: bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
+                                  "(Megatron-Core/NeMo --tp-comm-overlap, Transformer Engine userbuffers)")
     offload: Literal["none", "optimizer", "optimizer+weights", "activations", "optimizer+activations", "all"] = Field(
         "none", description="what lives in the cluster's memory expansion tier")
     tp_collective: Literal["nccl", "ring", "tree", "hierarchical", "direct", "auto"] = "nccl"

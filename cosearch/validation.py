@@ -79,43 +79,88 @@ def measured_step_time_s(row: pd.Series) -> float | None:
         return float(row.iteration_time_s)
     if _num(row.tokens_per_s) and _num(row.seq_len):
         return float(row.global_batch_size * row.seq_len / row.tokens_per_s)
+    if _num(row.tokens_per_s_per_gpu) and _num(row.seq_len):
+        return float(row.global_batch_size * row.seq_len / (row.tokens_per_s_per_gpu * row.num_gpus))
     if _num(row.tflops_per_gpu) and row.source_id == "S1":
         flops = megatron_flops_per_iteration(row.global_batch_size, row.seq_len, row.n_layers, row.hidden_size, row.vocab_size)
         return float(flops / (row.tflops_per_gpu * 1e12 * row.num_gpus))
     return None
 
 
+def _stated(text: Any) -> bool | None:
+    """A yes/no cell (``yes (yaml)``, ``no``, 1, 0) as a bool; None when the source does not say."""
+    if isinstance(text, str):
+        t = text.strip().lower()
+        if t.startswith(("yes", "true", "on")):
+            return True
+        if t.startswith(("no", "false", "off")):
+            return False
+        return None
+    v = _num(text)
+    return None if v is None else bool(v)
+
+
+def _architecture(name: str) -> tuple[bool, bool]:
+    """(gated MLP, tied embeddings) of a published model family, from its public configs: Llama 1-3
+    use SwiGLU and an untied output layer (Touvron et al. 2023; Dubey et al. 2024); Nemotron-4 a
+    squared-ReLU MLP and untied embeddings (Parmar et al. 2024); GPT-3/Megatron GPT and MPT tie them."""
+    n = name.lower()
+    if "llama" in n:
+        return True, False
+    if "nemotron" in n:
+        return False, False
+    return False, True
+
+
 def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     """Candidate scenarios of one published run (one per unknown-knob setting), or None when the
-    row lacks a field the model needs."""
+    row lacks a field the model needs.
+
+    Every field the CSV states is used as stated; knobs it leaves blank are tuned (the model's own
+    best feasible choice, as the authors tuned theirs). Defaults of the software stack named in
+    ``framework`` are facts of that stack, not per-row constants: Megatron-Core/NeMo recipes use the
+    distributed optimizer (ZeRO-1 over data x context parallel ranks), sequence parallelism with
+    tensor parallelism, and tensor-parallel communication overlap (userbuffers) on H100."""
     needed = (row.n_layers, row.hidden_size, row.n_heads, row.vocab_size, row.seq_len, row.global_batch_size)
     if any(_num(x) is None for x in needed):
         return None
     gpu, overrides = _gpu_id(str(row.gpu_type))
     era_megatron = row.source_id in {"S1", "S4", "S5"}
+    framework = str(row.framework).lower()
+    megatron_core = "nemo" in framework or "megatron-core" in framework
     sharding = str(row.dp_sharding).lower()
-    zero = 3 if ("zero-3" in sharding or "full_shard" in sharding or "fsdp" in sharding) else 0
-    precision = "fp16" if gpu.startswith("v100") else "bf16"
+    zero = 3 if ("zero-3" in sharding or "full_shard" in sharding or "fsdp" in sharding) else (1 if megatron_core else 0)
+    precision = "fp8" if str(row.precision).lower().startswith("fp8") else ("fp16" if gpu.startswith("v100") else "bf16")
+    gated, tied = _architecture(str(row.model))
+    # unfused attention before 2022; llm-foundry's 2023 runs used the Triton flash-attention kernel (ALiBi)
+    attention = "standard" if era_megatron else ("triton" if "triton" in framework else "flash")
+    # GPT-3-style recipes (Megatron-LM, NeMo's GPT-3 configs) keep dropout 0.1; Llama, Nemotron and MPT train without
+    dropout = era_megatron or "gpt" in str(row.model).lower() and "mpt" not in str(row.model).lower()
     model = {
         "layers": int(row.n_layers), "hidden": int(row.hidden_size), "heads": int(row.n_heads),
         "kv_heads": int(_num(row.n_kv_heads) or row.n_heads),
         "ffn_hidden": int(_num(row.ffn_hidden_size) or 4 * row.hidden_size),
+        "gated_mlp": gated, "tied_embeddings": tied,
         "vocab": int(row.vocab_size), "seq_len": int(row.seq_len),
     }
     cluster: dict[str, Any] = {"gpu": gpu, "gpus": int(row.num_gpus), **overrides}
     tp, pp = int(_num(row.tp) or 1), int(_num(row.pp) or 1)
+    sp = _stated(row.sequence_parallel)
+    sp = (megatron_core and tp > 1) if sp is None else sp
     mbs = [int(row.micro_batch_size)] if _num(row.micro_batch_size) else [1, 2, 4, 8]
     vpps = [int(row.vpp)] if _num(row.vpp) else ([1, 2, 3, 4, 6, 8] if pp > 1 else [1])
+    stated_rc = row.recompute if isinstance(row.recompute, str) else None
+    recomputes = [_recompute(stated_rc, row.source_id)] if stated_rc or not megatron_core else ["none", "selective", "full"]
     out = []
-    for mb, v in itertools.product(mbs, vpps):
+    for mb, v, rc in itertools.product(mbs, vpps, recomputes):
         out.append({
             "model": model,
             "training": {"global_batch": int(row.global_batch_size), "precision": precision,
-                         "attention": "standard" if era_megatron else "flash"},
+                         "attention": attention, "dropout": dropout},
             "cluster": cluster,
             "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
-                     "recompute": _recompute(row.recompute, row.source_id),
-                     "sequence_parallel": bool(_num(row.sequence_parallel) or False), "zero": zero,
+                     "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,
+                     "tp_comm_overlap": bool(megatron_core and tp > 1 and gpu.startswith("h100")),
                      # Megatron-LM before 2022 all-reduced gradients after the backward pass
                      "overlap_grad_reduce": not (era_megatron and zero == 0)},
         })
@@ -172,8 +217,9 @@ def predict(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> tuple[np.n
     return t[chosen], chosen
 
 
-def load_published_runs(path: str | Path = DEFAULT_PATH) -> pd.DataFrame:
-    return pd.read_csv(path)
+def load_published_runs(*paths: str | Path) -> pd.DataFrame:
+    """The published runs of one or more CSVs (default: the public and the modern set), stacked."""
+    return pd.concat([pd.read_csv(p) for p in (paths or (DEFAULT_PATH, MODERN_PATH))], ignore_index=True)
 
 
 def validation_table(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> pd.DataFrame:

@@ -14,7 +14,9 @@ from .expansion import OFFLOAD_CODES
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
-ATTENTION_CODES = {"flash": 0, "standard": 1}
+#: flash: fused attention kernels of 2023 on (FlashAttention-2/3, cuDNN, Transformer Engine); standard:
+#: unfused (pre-2022 Megatron-LM); triton: the 2023 Triton flash-attention kernel (llm-foundry, ALiBi).
+ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2}
 
 #: Scenario fields given as words, and their numeric codes (column name -> {word: code}).
 #: A new categorical knob registers its codes here; scenario and search space pick it up.
@@ -30,6 +32,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "gated_mlp": 0.0, "vocab": None, "seq_len": None, "tied_embeddings": 1.0,
     # training
     "global_batch": None, "precision": 0.0, "tokens": np.nan, "attention": 0.0,
+    "dropout": 0.0,                   # 1: dropout layers on (GPT-3, Megatron-LM 2019-22); their masks are kept
     "target_tokens": np.nan,          # E_min: tokens to the target loss at a tiny batch (time-to-accuracy)
     "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
     # hardware (resolved from the catalog plus overrides)
@@ -48,6 +51,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "interleave": 1.0, "recompute": 0.0, "sequence_parallel": 0.0, "zero": 0.0,
     "zero_group": np.nan,  # NaN: shard over the whole data-parallel group (FSDP FULL_SHARD)
     "overlap_grad_reduce": 1.0,  # 0: gradients reduced after the backward pass (Megatron-LM before 2022)
+    "tp_comm_overlap": 0.0,      # 1: tensor-parallel collectives overlapped with GEMMs (TE userbuffers)
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations
     "tp_collective": 0.0,        # collective algorithm codes (collectives.COLLECTIVE_CODES), 0 = nccl
     "dp_collective": 0.0,

@@ -48,9 +48,10 @@ def all_reduce_s(message_bytes, size, bw_Bps, latency_s):
 
 
 def all_gather_s(message_bytes, size, bw_Bps, latency_s):
-    """All-gather (or reduce-scatter) whose full, gathered buffer is ``message_bytes``."""
+    """All-gather (or reduce-scatter) whose full, gathered buffer is ``message_bytes``. NCCL runs these
+    as rings only (its trees serve all-reduce), so the latency is N-1 steps (NCCL tuning.cc)."""
     frac = (size - 1.0) / np.maximum(size, 1.0)
-    return frac * message_bytes / bw_Bps + 0.5 * collective_steps(size) * latency_s
+    return frac * message_bytes / bw_Bps + np.maximum(size - 1.0, 0.0) * latency_s
 
 
 reduce_scatter_s = all_gather_s

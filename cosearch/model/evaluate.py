@@ -35,8 +35,10 @@ SECONDS_PER_DAY = 86400.0
 #: Bytes the Adam update reads and writes per parameter it owns (fp32 weight, m, v read+write,
 #: 16-bit gradient read, 16-bit weight copy write): 2*(4+4+4+2).
 OPTIMIZER_TRAFFIC_BYTES = 28.0
-#: Bytes per logit element held for the loss (16-bit logits, fp32 softmax copy, its gradient).
-LOGIT_BYTES = 8.0
+#: Bytes per logit element held for the loss on the last stage: the 16-bit logits and the fp32
+#: softmax kept for the backward, whose gradient is written in place (Megatron-Core
+#: vocab_parallel_cross_entropy).
+LOGIT_BYTES = 6.0
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "offload")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations")
@@ -57,11 +59,15 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
 def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
-    B, fp8, std_attn = c["global_batch"], c["precision"], c["attention"]
+    B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
+    std_attn = attn_kind == 1
     tp, pp, dp, cp = c["tp"], c["pp"], c["dp"], c["cp"]
     mb, v, rc, sp, zero = c["microbatch"], c["interleave"], c["recompute"], c["sequence_parallel"], c["zero"]
     gpus = c["gpus"]
     zg = np.where(np.isnan(c["zero_group"]), dp, c["zero_group"])
+    # ZeRO-1/2 (Megatron's distributed optimizer) shard over the data- and context-parallel ranks, which
+    # all hold the same parameters; FSDP (ZeRO-3) shards over the zero group only.
+    opt_group = np.where((zero < 3) & np.isnan(c["zero_group"]), dp * cp, zg)
 
     # --- rates -------------------------------------------------------------------------------
     peak = c["peak_tflops"] * 1e12
@@ -71,7 +77,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     gemm_Fps = peak * gemm_eff
     peak16 = np.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
     gemm16_Fps = peak16 * c["matmul_efficiency"] * p.matmul_scale
-    attn_Fps = gemm16_Fps * p.flash_attention_relative
+    attn_Fps = gemm16_Fps * p.flash_attention_relative * np.where(attn_kind == 2, p.triton_attention_relative, 1.0)
     hbm_Bps = c["hbm_tbps"] * 1e12 * p.hbm_efficiency
     nvl_Bps = c["nvlink_gbps"] * 1e9 * p.nvlink_efficiency
     net_Bps = c["network_gbps"] * (1e9 / 8.0) * p.network_efficiency
@@ -120,8 +126,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     # Megatron: 2 all-reduces (or with SP 2 all-gathers + 2 reduce-scatters) per layer in forward,
     # 2 in backward, 2 more when the forward is recomputed.
     tp_ar = np.where(tp > 1, coll.collective_s("all_reduce", c["tp_collective"], act_bytes, tp, 1.0, fabric), 0.0)
-    tp_layer_f = 2.0 * tp_ar * (1.0 - p.tp_overlap)
-    tp_layer_b = tp_ar * (2.0 + 2.0 * (rc >= 2)) * (1.0 - p.tp_overlap)
+    # Transformer Engine's overlapped fp8 path all-gathers the fp8 copy of the norm output (1 byte), so of
+    # the all-gather + reduce-scatter pair that replaces each all-reduce under SP, 3/4 of the bytes remain.
+    tp_ar = tp_ar * np.where((fp8 > 0) & (sp > 0) & (c["tp_comm_overlap"] > 0), 0.75, 1.0)
+    tp_exposed = 1.0 - p.tp_overlap * c["tp_comm_overlap"]
+    tp_layer_f = 2.0 * tp_ar * tp_exposed
+    tp_layer_b = tp_ar * (2.0 + 2.0 * (rc >= 2)) * tp_exposed
     # Context parallel (ring attention): K and V blocks circulate over cp-1 steps in forward, and K, V
     # plus their gradients in backward, overlapped with the attention computation.
     cp_bw, cp_lat = fabric.bandwidth_Bps(cp, tp), fabric.latency_s(cp, tp)
@@ -130,9 +140,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     cp_exp_f = np.maximum(cp_f - attn_f, 0.0)
     cp_layer_f = np.where(cp > 1, cp_exp_f, 0.0)
     cp_layer_b = np.where(cp > 1, cp_exp_f * (rc >= 2) + np.maximum(2.0 * cp_f - attn_b, 0.0), 0.0)
-    # Pipeline sends: forward activations and backward gradients at each of v stage boundaries.
+    # Pipeline sends: forward activations and backward gradients at each of v stage boundaries. Each TP
+    # rank sends its 1/tp slice (Megatron's scatter/gather optimization, Narayanan et al. SC'21 sec. 4.1;
+    # under SP the tensor is already split).
     pp_bw, pp_lat = fabric.bandwidth_Bps(2.0, tp * cp * dp), fabric.latency_s(2.0, tp * cp * dp)
-    p2p_bytes = act_bytes / np.where(sp > 0, tp, 1.0)
+    p2p_bytes = act_bytes / tp
     pp_mb = np.where(pp > 1, 2.0 * v * comm.p2p_s(p2p_bytes, pp_bw, pp_lat), 0.0)
 
     # --- parameters per GPU --------------------------------------------------------------------
@@ -156,30 +168,29 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     work_f = c_f + n_stage * (tp_layer_f + cp_layer_f)          # forward of one micro-batch
     work_b = c_b + c_r + n_stage * (tp_layer_b + cp_layer_b)    # its backward (with recompute)
     first_layer = gather / np.maximum(n_stage, 1.0)              # nothing to hide the first gather
-    fsdp_mb = np.where(
-        z3,
-        first_layer
-        + np.maximum(gather - p.fsdp_overlap * work_f, 0.0)
-        + np.maximum(2.0 * gather - p.fsdp_overlap * work_b, 0.0),
-        0.0,
-    )
+    fsdp_hidden_f = np.where(z3, np.minimum(gather, p.fsdp_overlap * work_f), 0.0)
+    fsdp_hidden_b = np.where(z3, np.minimum(2.0 * gather, p.fsdp_overlap * work_b), 0.0)
+    fsdp_mb = np.where(z3, first_layer + gather - fsdp_hidden_f + 2.0 * gather - fsdp_hidden_b, 0.0)
+    # tier transfers hide in the compute window FSDP traffic leaves (one window, not one each: a
+    # faster compute or collective can never make the step slower)
+    window_f, window_b = work_f - fsdp_hidden_f, work_b - fsdp_hidden_b
 
     # memory expansion tier: per-micro-batch weight/gradient streaming and activation offload
     off = c["offload"]
     any_offload = bool(np.any(off > 0))
     act_layer, act_layer_none = mem.layer_activation_bytes(
-        s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, std_attn
+        s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, attn_kind, c["dropout"], fp8
     )
     exp_Bps = xp.expansion_Bps(c["expansion_gbps"])
     if any_offload:
         off_opt, off_w, off_act = xp.offloads(off, xp.OPTIMIZER), xp.offloads(off, xp.WEIGHTS), xp.offloads(off, xp.ACTIVATIONS)
-        w_stage, g_stage, _ = mem.model_state_bytes(params_stage, zero, zg, fp8)
+        w_stage, g_stage, _ = mem.model_state_bytes(params_stage, zero, opt_group, fp8)
         act_mb = n_stage * act_layer
         io_f = np.where(off_w, w_stage, 0.0) + np.where(off_act, act_mb, 0.0)
         io_b = np.where(off_w, w_stage + 2.0 * g_stage, 0.0) + np.where(off_act, act_mb, 0.0)
         first_fetch = xp.transfer_s(np.where(off_w, w_stage / np.maximum(n_stage, 1.0), 0.0), exp_Bps)
-        offload_b = xp.exposed_s(xp.transfer_s(io_b, exp_Bps), work_b)
-        offload_mb = first_fetch + xp.exposed_s(xp.transfer_s(io_f, exp_Bps), work_f) + offload_b
+        offload_b = xp.exposed_s(xp.transfer_s(io_b, exp_Bps), window_b)
+        offload_mb = first_fetch + xp.exposed_s(xp.transfer_s(io_f, exp_Bps), window_f) + offload_b
     else:
         offload_mb = offload_b = 0.0
     slot = work_f + work_b + pp_mb + fsdp_mb + offload_mb
@@ -195,11 +206,13 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     dp_total = np.where(rep > 1, coll.collective_s("all_reduce", c["dp_collective"], dp_bytes, rep, rep_stride, fabric), 0.0)
     # hidden behind the last micro-batch's backward (as long as its tier transfers make it), in the
     # time FSDP traffic leaves free
-    free_b = np.maximum(work_b + offload_b - np.where(z3, 2.0 * gather, 0.0), 0.0)
+    # (the backward slot less the network time its FSDP traffic takes: the window FSDP leaves, plus the
+    # exposed tier transfers)
+    free_b = np.maximum(window_b + offload_b, 0.0)
     hide_b = p.dp_overlap * c["overlap_grad_reduce"] * free_b
     dp_exposed = np.maximum(dp_total - hide_b, 0.0)
 
-    owned = params_stage / np.where(zero >= 1, zg, 1.0)
+    owned = params_stage / np.where(zero >= 1, opt_group, 1.0)
     optimizer = owned * OPTIMIZER_TRAFFIC_BYTES / hbm_Bps
     if any_offload:
         # ZeRO-Offload: gradient shards go down while the reduction runs (other link, same window),
@@ -222,14 +235,14 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
     # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits
     stored_first = mem.inflight_layers(n_first, pp, v, m) * act_layer
-    w1, g1, o1 = mem.model_state_bytes(params_first, zero, zg, fp8)
+    w1, g1, o1 = mem.model_state_bytes(params_first, zero, opt_group, fp8)
     stored_mid = mem.inflight_layers(n_stage, pp, v, m, rank=1) * act_layer
-    wm, gm, om = mem.model_state_bytes(params_mid, zero, zg, fp8)
+    wm, gm, om = mem.model_state_bytes(params_mid, zero, opt_group, fp8)
     use_mid = (pp > 2) & (n_first < n_stage) & (wm + gm + om + stored_mid > w1 + g1 + o1 + stored_first)
     w1, g1, o1 = np.where(use_mid, wm, w1), np.where(use_mid, gm, g1), np.where(use_mid, om, o1)
     stored_first = np.where(use_mid, stored_mid, stored_first)
     stored_last = n_last * act_layer
-    w2, g2, o2 = mem.model_state_bytes(params_last, zero, zg, fp8)
+    w2, g2, o2 = mem.model_state_bytes(params_last, zero, opt_group, fp8)
     if any_offload:
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers
         tier_first = np.where(off_opt, o1, 0.0) + np.where(off_w, w1 + g1, 0.0) + np.where(off_act, stored_first, 0.0)
@@ -259,7 +272,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
     model_flops = fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step
-    recompute_fwd_flops = np.where(rc >= 2, model_flops / 3.0 - 2.0 * h * V * tokens_step, 0.0)
+    # hardware FLOPs add what is recomputed: the whole forward of each layer (full), or the attention
+    # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
+    attn_core = L * fl.attention_flops_per_token(h, s) * tokens_step
+    recompute_fwd_flops = np.where(rc >= 2, model_flops / 3.0 - 2.0 * h * V * tokens_step,
+                                   np.where((rc >= 1) & std_attn, attn_core, 0.0))
     tokens_per_s = tokens_step / step
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12

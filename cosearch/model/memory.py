@@ -6,11 +6,18 @@ stage 1 shards the 12 B, stage 2 also the gradients, stage 3 (FSDP) also the wei
 sharding group.
 
 Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
-Models", eqs. 1-6), generalized to grouped-query attention, any MLP width and gated MLPs.
-Per layer and micro-batch of b sequences of s tokens (s/cp per rank under context parallelism):
-  replicated part  10*s*b*h      (2 norm inputs, QKV input, MLP input, 2 dropout masks; / tp with SP)
+Models", eqs. 1-6), generalized to grouped-query attention, any MLP width, gated MLPs, dropout off and
+fp8. Per layer and micro-batch of b sequences of s tokens (s/cp per rank under context parallelism):
+  replicated part  (8 + 2*dropout)*s*b*h  (2 norm inputs and 2 norm outputs = the QKV and MLP inputs,
+                   2 dropout masks of 1 B when dropout is on; / tp with SP)
   split over tp    2*s*b*(h + 2*kv) + 2*s*b*h + (4 or 6)*s*b*f   (Q,K,V; projection input; MLP)
-  scores           5*a*s^2*b     (standard attention only; flash attention keeps no scores)
+  scores           (2 + 3*dropout)*a*s^2*b  (standard attention only: softmax output, and with dropout
+                   its mask and output; flash attention keeps no scores)
+With dropout (GPT-3, Megatron-LM 2019-22) the replicated part is Korthikanti's 10*s*b*h; modern
+recipes (Llama, Nemotron, MPT) train without dropout. Under fp8 (Transformer Engine) the inputs of
+the linear layers are saved as 1-byte fp8 copies: the two norm outputs and the fc2 input drop to
+half, and the projection input gains a 1-byte copy beside the 16-bit attention output the attention
+backward keeps.
 Selective recomputation drops the scores and (with flash attention, where there are none) the
 activation-function output, 2*s*b*f. Full recomputation keeps only each layer's input, 2*s*b*h
 (/ tp with SP), plus one layer's full activations while it is recomputed.
@@ -37,19 +44,24 @@ def model_state_bytes(params_local, zero, shard_group, fp8):
     return weights, grads, optimizer
 
 
-def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, ffn, gated, tp, sp, recompute, attention):
+def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, ffn, gated, tp, sp, recompute,
+                           attention, dropout=1.0, fp8=0.0):
     """Activation bytes one layer keeps for one micro-batch on one GPU, for each recompute mode.
 
-    ``recompute``: 0 none, 1 selective, 2 full; ``attention``: 0 flash, 1 standard; ``sp``: 0/1.
+    ``recompute``: 0 none, 1 selective, 2 full; ``attention``: 0 flash, 1 standard, 2 triton flash;
+    ``sp``, ``dropout``, ``fp8``: 0/1. Returns (kept under ``recompute``, kept with no recompute).
     """
     sbh = seq_local * micro * hidden
+    sbf = seq_local * micro * ffn
     rep_div = np.where(sp > 0, tp, 1.0)
-    replicated = 10.0 * sbh / rep_div
-    mlp = (4.0 + 2.0 * gated) * seq_local * micro * ffn / tp
-    split = (2.0 * seq_local * micro * (hidden + 2.0 * kv_width) + 2.0 * sbh) / tp + mlp
-    scores = attention * 5.0 * heads * seq_local * seq_full * micro / tp
+    norm_out = 2.0 - fp8                                  # bytes per value of the saved QKV / MLP inputs
+    replicated = (4.0 + 2.0 * norm_out + 2.0 * (dropout > 0)) * sbh / rep_div
+    mlp = (2.0 + 2.0 * gated) * sbf / tp + (2.0 - fp8) * sbf / tp
+    split = (2.0 * seq_local * micro * (hidden + 2.0 * kv_width) + (2.0 + fp8) * sbh) / tp + mlp
+    standard = attention == 1
+    scores = standard * (2.0 + 3.0 * (dropout > 0)) * heads * seq_local * seq_full * micro / tp
     none = replicated + split + scores
-    selective_saving = np.where(attention > 0, scores, 2.0 * seq_local * micro * ffn / tp)
+    selective_saving = np.where(standard, scores, (2.0 - fp8) * sbf / tp)
     selective = none - selective_saving
     full = 2.0 * sbh / rep_div
     return np.where(recompute >= 2, full, np.where(recompute >= 1, selective, none)), none

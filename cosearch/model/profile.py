@@ -32,6 +32,9 @@ class Profile(BaseModel):
     #: (Dao 2023, Fig. 5-7) reaches 50-73 % of A100 peak forward and about 60 % backward, i.e. about
     #: 0.75 of a large GEMM; the causal mask halves the work and is accounted for separately.
     flash_attention_relative: float = Field(0.75, gt=0, le=1.5)
+    #: The 2023 Triton flash-attention kernel relative to FlashAttention-2: "FlashAttention-2 is
+    #: 1.3-2.5x faster than FlashAttention in Triton" (Dao 2023, sec. 4.1); the geometric mid-point 1.8.
+    triton_attention_relative: float = Field(1.0 / 1.8, gt=0, le=1.0)
     #: Achieved fraction of HBM bandwidth in memory-bound kernels (norms, activations, optimizer).
     #: A device-to-device copy on the measured H100 moved 3.00 of 3.35 TB/s (gemm.csv README).
     #: Measured device-to-device copies: H100 2.98 of 3.35 TB/s, H200 3.93 of 4.8 (results/gpu/gemm_*.csv).
@@ -51,13 +54,16 @@ class Profile(BaseModel):
     #: Fraction of compute that hides FSDP/ZeRO-3 parameter gathers and gradient reduce-scatters
     #: (prefetch of the next layer while the current one computes).
     fsdp_overlap: float = Field(1.0, ge=0, le=1.0)
-    #: Fraction of tensor-parallel communication hidden behind GEMMs (0: Megatron without
-    #: --tp-comm-overlap; about 0.6-0.8 with Transformer Engine userbuffers on Hopper).
-    tp_overlap: float = Field(0.0, ge=0, le=1.0)
-    #: HBM kept by the CUDA context, NCCL buffers and the allocator, GiB.
-    hbm_reserved_gib: float = Field(2.0, ge=0)
-    #: Fraction of the remaining HBM lost to allocator fragmentation.
-    hbm_fragmentation: float = Field(0.05, ge=0, lt=1)
+    #: Fraction of tensor-parallel communication hidden behind GEMMs when the plan turns on
+    #: ``tp_comm_overlap`` (Megatron-Core/NeMo with Transformer Engine userbuffers: collectives are
+    #: split into chunks pipelined with the GEMM chunks; the first chunk and SM sharing stay exposed).
+    tp_overlap: float = Field(0.75, ge=0, le=1.0)
+    #: HBM kept by the CUDA context (~0.5 GiB), cuBLAS workspaces and NCCL buffers, GiB.
+    hbm_reserved_gib: float = Field(1.5, ge=0)
+    #: Fraction of the remaining HBM lost to allocator fragmentation. NeMo/Megatron-Core recipes run
+    #: PyTorch's caching allocator with ``expandable_segments:True``, which maps segments on demand
+    #: and leaves little fragmentation; a few per cent stay for transient workspaces.
+    hbm_fragmentation: float = Field(0.03, ge=0, lt=1)
     #: FP8 GEMM efficiency relative to the bf16 efficiency: measured fp8/bf16 throughput of
     #: torch._scaled_mm vs matmul on H100 and H200 is 1.80x for a 2x peak (results/gpu/gemm_*.csv).
     #: Casting activations to fp8 is charged separately as memory traffic.
