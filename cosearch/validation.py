@@ -204,17 +204,22 @@ def build_candidates(df: pd.DataFrame) -> Candidates:
     return Candidates(pd.DataFrame(keep_rows), columns, np.array(row_of), scenarios)
 
 
-def predict(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted step time per row (the fastest candidate that fits, else the fastest) and the
-    index of the chosen candidate."""
-    out = evaluate(cands.columns, profile)
+def _choose(cands: Candidates, out: dict[str, np.ndarray]) -> np.ndarray:
+    """Index of each row's chosen candidate: the fastest that fits, else the fastest."""
     t = out["step_time_s"]
     key = np.where(out["fits"], t, t + 1e9)  # prefer fitting candidates
     order = np.lexsort((key, cands.row_of))
     first = np.ones(len(order), dtype=bool)
     first[1:] = cands.row_of[order][1:] != cands.row_of[order][:-1]
-    chosen = order[first]
-    return t[chosen], chosen
+    return order[first]
+
+
+def predict(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted step time per row (the fastest candidate that fits, else the fastest) and the
+    index of the chosen candidate."""
+    out = evaluate(cands.columns, profile)
+    chosen = _choose(cands, out)
+    return out["step_time_s"][chosen], chosen
 
 
 def load_published_runs(*paths: str | Path) -> pd.DataFrame:
@@ -223,17 +228,20 @@ def load_published_runs(*paths: str | Path) -> pd.DataFrame:
 
 
 def validation_table(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> pd.DataFrame:
-    """Measured vs predicted step time per row, with the plan the prediction used."""
-    pred, chosen = predict(cands, profile)
+    """Measured vs predicted step time per row, with the plan the prediction used and its memory."""
+    out = evaluate(cands.columns, profile)
+    chosen = _choose(cands, out)
     recs = []
-    for i, (row, ci) in enumerate(zip(cands.rows.itertuples(index=False), chosen)):
+    for row, ci in zip(cands.rows.itertuples(index=False), chosen):
         sc = cands.scenarios[ci]
+        pred = float(out["step_time_s"][ci])
         recs.append({
             "row_id": int(row.row_id), "source_id": row.source_id, "model": row.model, "gpu": sc["cluster"]["gpu"],
-            "gpus": int(row.num_gpus), "tp": sc["plan"]["tp"], "pp": sc["plan"]["pp"],
-            "microbatch": sc["plan"]["microbatch"], "interleave": sc["plan"]["interleave"],
-            "recompute": sc["plan"]["recompute"], "zero": sc["plan"]["zero"], "seq_len": int(row.seq_len),
-            "measured_step_s": row.measured_step_s, "predicted_step_s": float(pred[i]),
-            "error": float(pred[i]) / row.measured_step_s - 1.0,
+            "gpus": int(row.num_gpus), "precision": sc["training"]["precision"], "tp": sc["plan"]["tp"],
+            "pp": sc["plan"]["pp"], "cp": sc["plan"]["cp"], "microbatch": sc["plan"]["microbatch"],
+            "interleave": sc["plan"]["interleave"], "recompute": sc["plan"]["recompute"], "zero": sc["plan"]["zero"],
+            "seq_len": int(row.seq_len), "measured_step_s": row.measured_step_s, "predicted_step_s": pred,
+            "error": pred / row.measured_step_s - 1.0, "fits": bool(out["fits"][ci]),
+            "memory_gib": float(out["memory_gib"][ci]),
         })
     return pd.DataFrame(recs)
