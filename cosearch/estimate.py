@@ -9,6 +9,7 @@ import numpy as np
 from .model import BREAKDOWN_KEYS, MEMORY_KEYS, Profile, evaluate
 from .model.feasibility import check_scalar
 from .model.columns import broadcast_columns
+from .model.interval import interval_coverage
 from .model.profile import DEFAULT_PROFILE
 from .scenario import Scenario, load_scenario, scenario_columns
 
@@ -21,13 +22,23 @@ def _num(x: Any) -> float | bool | None:
     return None if math.isnan(v) else v
 
 
+def _band(value: float | None, ends: dict[str, float | None], step: float | None) -> list[float] | None:
+    """``value`` scaled by the step-time band's ends (``ends``: the band's step times), or None."""
+    if value is None or not step or ends["low"] is None or ends["high"] is None:
+        return None
+    return [value * ends["low"] / step, value * ends["high"] / step]
+
+
 def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range: Any = None) -> dict[str, Any]:
     """Predict step time, throughput, memory and cost of one scenario (path, dict or Scenario).
 
     Raises :class:`cosearch.errors.CosearchError` with a one-line message for bad input,
     including plans that break a divisibility rule. ``calibrated_range`` (from a calibrated profile
     file, :func:`cosearch.calibration.read_profile_file`) adds a warning to ``warnings`` when the
-    scenario lies outside what the profile was fitted on. With a ``cloud`` section,
+    scenario lies outside what the profile was fitted on. ``step_time_interval_s`` (and
+    ``time_to_train_interval_days``, ``cost_to_train_interval_usd``, each also as ``*_low_*`` and
+    ``*_high_*``) is the 80 % prediction interval of the shipped band (cosearch.model.interval;
+    None without one). With a ``cloud`` section,
     ``time_to_train_days``/``cost_to_train_usd`` are expected values under interruptions and
     ``cloud`` holds the transient-server economics (docs/cloud.md).
     """
@@ -59,6 +70,17 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
         result["cost_to_train_usd"] = result["cloud"]["expected_cost_to_train_usd"]
     elif sc.cloud is not None:
         result["cloud"] = None
+    # --- the 80 % prediction interval (cosearch.model.interval): [low, high], None without a band
+    ratio = {end: _num(out[f"step_time_{end}_s"]) for end in ("low", "high")}
+    step = result["step_time_s"]
+    result["interval_coverage"] = _num(interval_coverage())
+    result["step_time_interval_s"] = _band(step, ratio, step)
+    result["time_to_train_interval_days"] = _band(result["time_to_train_days"], ratio, step)
+    result["cost_to_train_interval_usd"] = _band(result["cost_to_train_usd"], ratio, step)
+    for key, band in (("step_time", "step_time_interval_s"), ("time_to_train", "time_to_train_interval_days"),
+                      ("cost_to_train", "cost_to_train_interval_usd")):
+        unit = band.rsplit("_", 1)[1]
+        result[f"{key}_low_{unit}"], result[f"{key}_high_{unit}"] = result[band] or (None, None)
     result["warnings"] = []
     if calibrated_range is not None:
         from .calibration import range_warnings

@@ -583,7 +583,7 @@ def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 #: The budgets `best` takes (a subset of the space's constraint keys, same metrics).
-_LIMITS = {k: CONSTRAINT_METRICS[k] for k in ("max_cost_usd", "max_gpus", "max_days")}
+_LIMITS = {k: CONSTRAINT_METRICS[k] for k in ("max_cost_usd", "max_gpus", "max_days", "max_days_high")}
 
 
 def _qualifying(trials: Sequence[FrozenTrial], objective: str, limits: Mapping[str, float | None]) -> list[FrozenTrial]:
@@ -615,12 +615,15 @@ def _check_objective(study: optuna.Study, objective: str | None) -> str:
 
 
 def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float | None = None,
-         max_gpus: float | None = None, max_days: float | None = None) -> dict[str, Any] | None:
+         max_gpus: float | None = None, max_days: float | None = None,
+         max_days_high: float | None = None) -> dict[str, Any] | None:
     """The best feasible stored trial on ``objective`` (default: the study's first) under the
     limits, or None when no stored trial qualifies. Ties go to the cheaper, then smaller, then
-    earlier trial. Answered from stored trials only (no model run)."""
+    earlier trial. Answered from stored trials only (no model run). ``max_days_high`` bounds the
+    pessimistic time to train (upper end of the 80 % prediction interval); ``step_time_interval_s``
+    in the result is that interval of the step time as stored (None for studies made before it)."""
     obj = _check_objective(study, objective)
-    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days}
+    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
     for k, v in limits.items():
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
             raise CosearchError(f"--{k.replace('_', '-')}", f"must be a positive number (got {v!r})")
@@ -638,18 +641,25 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
     return {"study": study.study_name, "trial": t.number, "objective": obj, "direction": direction(obj),
             "value": t.user_attrs["metrics"][obj], "limits": {k: v for k, v in limits.items() if v is not None},
             "values": dict(zip(study_info(study)["objectives"], t.values or [])),
+            "step_time_interval_s": _stored_band(t.user_attrs["metrics"], "step_time", "s"),
             "scenario": t.user_attrs["scenario"], "metrics": t.user_attrs["metrics"]}
 
 
+def _stored_band(m: Mapping[str, Any], key: str, unit: str) -> list[float] | None:
+    lo, hi = m.get(f"{key}_low_{unit}"), m.get(f"{key}_high_{unit}")
+    return None if lo is None or hi is None else [lo, hi]
+
+
 def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd: float | None = None,
-                max_gpus: float | None = None, max_days: float | None = None) -> str:
+                max_gpus: float | None = None, max_days: float | None = None, max_days_high: float | None = None) -> str:
     """One line saying why :func:`best` found nothing (which limit is out of reach)."""
     feas = feasible_trials(study)
     n_all = sum(1 for t in study.get_trials(deepcopy=False) if counts_as_trial(t))
     if not feas:
         return f"no feasible configuration in study {study.study_name!r} ({n_all} trials, none feasible)"
     parts = []
-    for key, bound in (("max_cost_usd", max_cost_usd), ("max_gpus", max_gpus), ("max_days", max_days)):
+    for key, bound in (("max_cost_usd", max_cost_usd), ("max_gpus", max_gpus), ("max_days", max_days),
+                       ("max_days_high", max_days_high)):
         if bound is None:
             continue
         vals = [t.user_attrs["metrics"].get(_LIMITS[key]) for t in feas]
@@ -662,7 +672,8 @@ def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd:
 
 
 #: Metric columns of a front table, after the objectives.
-FRONT_COLUMNS = ("step_time_s", "mfu", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd", "tokens_per_s")
+FRONT_COLUMNS = ("step_time_s", "mfu", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd", "tokens_per_s",
+                 "step_time_low_s", "step_time_high_s", "time_to_train_low_days", "time_to_train_high_days")
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from calibrate_default import PARAMS  # noqa: E402
+from calibrate_default import PARAMS, START  # noqa: E402
 from cosearch.calibration import cross_validate, error_stats  # noqa: E402
 from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE  # noqa: E402
@@ -74,7 +74,7 @@ def main() -> int:
     profile = load_profile(args.profile) or DEFAULT_PROFILE
     cands = build_candidates(load_published_runs(*(args.csv or ())))
     df = validation_table(cands, profile)
-    start = KERNEL_PROFILE.model_copy(update={"fsdp_overlap": 0.5})
+    start = START
     folds = np.random.default_rng(0).integers(5, size=len(cands.rows))
     df["error_5fold"] = np.expm1(cross_validate(cands, folds, PARAMS, start))
     df["error_loso"] = np.expm1(cross_validate(cands, cands.rows["source_id"].to_numpy(), PARAMS, start))

@@ -47,6 +47,15 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def band_text(r: dict, key: str, spec: str = ".3g", unit: str = "", prefix: str = "") -> str:
+    """``  (80 % band 17.2-21.9 s)`` for the interval ``r[key]`` of an estimate, or "" without one."""
+    band = r.get(key)
+    if not band or band[0] is None or band[1] is None:
+        return ""
+    cov = r.get("interval_coverage") or 0.8
+    return f"  ({100 * cov:.0f} % band {prefix}{format(band[0], spec)}-{prefix}{format(band[1], spec)}{unit})"
+
+
 def render(r: dict, console: Console) -> None:
     """Readable breakdown tables of an estimate."""
     sc = r["scenario"]
@@ -56,15 +65,17 @@ def render(r: dict, console: Console) -> None:
         f"mb={pl['microbatch']} v={pl['interleave']} recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
     )
     head = Table(show_header=False, box=None)
-    head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s")
+    head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s" + band_text(r, "step_time_interval_s", ".3g", " s"))
     head.add_row("throughput", f"{_fmt(r['tokens_per_s'], ',.0f')} tokens/s")
     head.add_row("model TFLOP/s per GPU", f"{_fmt(r['model_tflops_per_gpu'], '.1f')}  (MFU {_fmt(100 * r['mfu'], '.1f')} %)")
     fit = "fits" if r["fits"] else "[red]DOES NOT FIT[/]"
     head.add_row("memory per GPU", f"{_fmt(r['memory_gib'], '.1f')} GiB of {_fmt(r['usable_memory_gib'], '.1f')} usable: {fit}")
     head.add_row("cost per step", f"${_fmt(r['cost_usd_per_step'], ',.2f')}")
     if r["time_to_train_days"] is not None:
-        head.add_row("time to train", f"{_fmt(r['time_to_train_days'], ',.1f')} days")
-        head.add_row("cost to train", f"${_fmt(r['cost_to_train_usd'], ',.0f')}")
+        head.add_row("time to train", f"{_fmt(r['time_to_train_days'], ',.1f')} days"
+                     + band_text(r, "time_to_train_interval_days", ",.1f", " days"))
+        head.add_row("cost to train", f"${_fmt(r['cost_to_train_usd'], ',.0f')}"
+                     + band_text(r, "cost_to_train_interval_usd", ",.0f", prefix="$"))
     if r.get("expansion_used_gib"):
         ok = "fits" if r["expansion_fits"] else "[red]DOES NOT FIT[/]"
         head.add_row("expansion tier per GPU", f"{_fmt(r['expansion_used_gib'], '.1f')} GiB offloaded: {ok}")

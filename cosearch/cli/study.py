@@ -47,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-cost-usd", type=float, default=None, help="upper bound on cost_to_train_usd")
     p.add_argument("--max-gpus", type=float, default=None, help="upper bound on the GPU count")
     p.add_argument("--max-days", type=float, default=None, help="upper bound on time_to_train_days")
+    p.add_argument("--max-days-high", type=float, default=None, help="upper bound on time_to_train_high_days (the "
+                   "pessimistic end of the 80 %% prediction interval)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=best_command)
 
@@ -168,19 +170,42 @@ _SCENARIO_COLS = ("model", "cloud.instance", "cloud.pricing", "cluster.gpu", "cl
                   "plan.sequence_parallel", "plan.zero", "training.global_batch", "training.precision")
 
 
+#: Metrics with a stored 80 % prediction interval: metric -> (low, high) metric names.
+BANDS = {
+    "step_time_s": ("step_time_low_s", "step_time_high_s"),
+    "time_to_train_days": ("time_to_train_low_days", "time_to_train_high_days"),
+    "cost_to_train_usd": ("cost_to_train_low_usd", "cost_to_train_high_usd"),
+}
+
+
+def _band(m: Any, key: str) -> str:
+    """``lo-hi`` of the stored prediction interval of metric ``key`` (a mapping or a front row), or ""."""
+    lo, hi = (m.get(k) for k in BANDS.get(key, ("", "")))
+    if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)) or (isinstance(hi, float) and math.isnan(hi)):
+        return ""
+    return f"{_fmt(float(lo))}-{_fmt(float(hi))}"
+
+
 def print_front(out: Console, front: Any, objectives: Sequence[str], rows: int) -> None:
+    """The front as a table: objectives, the 80 % band of time to train (else of step time), key metrics, plan."""
     cols = ["trial"] + list(objectives) + [c for c in ("mfu", "memory_gib", "gpus") if c not in objectives]
+    band_of = next((k for k in ("time_to_train_days", "step_time_s") if k in front.columns and BANDS[k][0] in front.columns
+                    and front[BANDS[k][0]].notna().any()), None)
     if "p90_time_to_train_days" in front.columns and "p90_time_to_train_days" not in objectives:
         cols.insert(len(objectives) + 1, "p90_time_to_train_days")
     varying = [c for c in _SCENARIO_COLS if c in front.columns and front[c].astype(str).nunique() > 1
                or c in ("cluster.gpu", "plan.tp", "plan.pp") and c in front.columns]
     t = Table(title=f"Pareto front ({len(front)} configurations" + (f", first {rows}" if len(front) > rows else "") + ")",
               title_justify="left")
+    band_at = len(objectives) + 1
+    if band_of is not None:
+        cols.insert(band_at, "band")
     for c in cols + varying:
-        t.add_column(c.split(".")[-1], justify="right" if c not in ("model", "cluster.gpu", "plan.recompute",
-                                                                      "cloud.instance", "cloud.pricing") else "left")
+        name = f"{band_of} 80 % band" if c == "band" else c.split(".")[-1]
+        t.add_column(name, justify="right" if c not in ("model", "cluster.gpu", "plan.recompute",
+                                                        "cloud.instance", "cloud.pricing") else "left")
     for _, r in front.head(rows).iterrows():
-        t.add_row(*[_fmt(r.get(c)) for c in cols + varying])
+        t.add_row(*[(_band(r, band_of) or "-") if c == "band" else _fmt(r.get(c)) for c in cols + varying])
     out.print(t)
 
 
@@ -189,7 +214,8 @@ def best_command(args: argparse.Namespace) -> int:
     from ..study import best, load_study, why_nothing
 
     study = load_study(args.study, args.storage)
-    kw = dict(objective=args.objective, max_cost_usd=args.max_cost_usd, max_gpus=args.max_gpus, max_days=args.max_days)
+    kw = dict(objective=args.objective, max_cost_usd=args.max_cost_usd, max_gpus=args.max_gpus, max_days=args.max_days,
+              max_days_high=args.max_days_high)
     res = best(study, **kw)
     if res is None:
         print(why_nothing(study, **kw), file=sys.stderr)
@@ -207,7 +233,8 @@ def best_command(args: argparse.Namespace) -> int:
                 "energy_to_train_mwh", "p90_time_to_train_days", "p90_cost_to_train_usd", "time_to_accuracy_days",
                 "cost_to_accuracy_usd"):
         if m.get(key) is not None:
-            t.add_row(key, _fmt(m[key]))
+            band = _band(m, key)
+            t.add_row(key, _fmt(m[key]) + (f"  (80 % band {band})" if band else ""))
     c.print(t)
     c.print("[bold]scenario[/]")
     import yaml

@@ -183,6 +183,20 @@ def instance_columns(instance, instances, spot=0.0, precision="bf16", catalog: C
     }
 
 
+def band_of_expected(out: Mapping[str, np.ndarray], res: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The prediction-interval ends of the expected time and cost to train: the model's step-time
+    band (``step_time_low_s``/``step_time_high_s`` over ``step_time_s``) applied to the expected
+    values (interruption overheads scale with the work, to first order)."""
+    if "step_time_high_s" not in out:
+        return {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        step = np.asarray(out["step_time_s"], dtype=float)
+        lo, hi = np.asarray(out["step_time_low_s"]) / step, np.asarray(out["step_time_high_s"]) / step
+    t, c = np.asarray(res["expected_time_to_train_days"]), np.asarray(res["expected_cost_to_train_usd"])
+    return {"time_to_train_low_days": t * lo, "time_to_train_high_days": t * hi,
+            "cost_to_train_low_usd": c * lo, "cost_to_train_high_usd": c * hi}
+
+
 def apply_cloud(out: Mapping[str, np.ndarray], cloud: Mapping[str, object], catalog: Catalog | None = None, *,
                 spread: str = "analytic", quantiles=QUANTILES, deadline_days: float | None = None) -> dict[str, np.ndarray]:
     """Add transient-server economics to the model output ``out`` of cloud configurations.
@@ -216,6 +230,7 @@ def apply_cloud(out: Mapping[str, np.ndarray], cloud: Mapping[str, object], cata
     spot_ok = ~(spot & np.isnan(a["spot_usd_per_hour"][idx]))
     res["time_to_train_days"] = res["expected_time_to_train_days"]
     res["cost_to_train_usd"] = res["expected_cost_to_train_usd"]
+    res.update(band_of_expected(out, res))
     res["spot_available"] = spot_ok
     res["feasible"] = np.asarray(out["feasible"]) & spot_ok
     res["instances"] = n

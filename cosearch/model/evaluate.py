@@ -30,6 +30,7 @@ from .feasibility import valid_mask
 from .pipeline import bubble_slots, num_microbatches
 from .profile import DEFAULT_PROFILE, Profile
 from .statistical import statistical_efficiency, steps_to_target, tokens_to_target
+from .interval import interval_factors
 
 SECONDS_PER_DAY = 86400.0
 #: Bytes the Adam update reads and writes per parameter it owns (fp32 weight, m, v read+write,
@@ -330,5 +331,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "expansion_used_gib": expansion_used / mem.GIB,
         "expansion_fits": expansion_ok,
         "idle_share": 1.0 - (m * (c_f + c_b + c_r)) / step,
+        # 80 % prediction interval of the step time (cosearch.model.interval), and training at its ends
+        "step_time_low_s": step * interval_factors()[0],
+        "step_time_high_s": step * interval_factors()[1],
+        "time_to_train_low_days": train_s * interval_factors()[0] / SECONDS_PER_DAY,
+        "time_to_train_high_days": train_s * interval_factors()[1] / SECONDS_PER_DAY,
+        "cost_to_train_low_usd": gpus * price * train_s * interval_factors()[0] / 3600.0,
+        "cost_to_train_high_usd": gpus * price * train_s * interval_factors()[1] / 3600.0,
     }
     return out

@@ -48,6 +48,7 @@ OBJECTIVE_METRICS = (
     "step_time_s", "time_to_train_days", "cost_to_train_usd", "cost_usd_per_step", "gpus", "energy_to_train_mwh",
     "memory_gib", "mfu", "tokens_per_s", "model_tflops_per_gpu", "time_to_accuracy_days", "cost_to_accuracy_usd",
     "p90_time_to_train_days", "p90_cost_to_train_usd",
+    "step_time_high_s", "time_to_train_high_days", "cost_to_train_high_usd",
 )
 #: Budget constraints: key -> metric it bounds from above.
 CONSTRAINT_METRICS = {
@@ -55,17 +56,20 @@ CONSTRAINT_METRICS = {
     "max_step_time_s": "step_time_s", "max_energy_mwh": "energy_to_train_mwh", "max_cost_usd_per_step": "cost_usd_per_step",
     "max_p90_days": "p90_time_to_train_days", "max_p90_cost_usd": "p90_cost_to_train_usd",
     "max_days_to_accuracy": "time_to_accuracy_days", "max_cost_usd_to_accuracy": "cost_to_accuracy_usd",
+    "max_days_high": "time_to_train_high_days", "max_cost_usd_high": "cost_to_train_high_usd",
 }
 #: Metrics that need an input the space must fix: metric -> (field, why).
 _NEEDS = {
     **{m: ("training.tokens", "time_to_train_days / cost_to_train_usd / energy objectives and budgets")
        for m in ("time_to_train_days", "cost_to_train_usd", "energy_to_train_mwh", "p90_time_to_train_days",
-                 "p90_cost_to_train_usd")},
+                 "p90_cost_to_train_usd", "time_to_train_high_days", "cost_to_train_high_usd")},
     **{m: ("training.target_tokens", "time_to_accuracy_days / cost_to_accuracy_usd (docs/codesign.md)")
        for m in ("time_to_accuracy_days", "cost_to_accuracy_usd")},
 }
 #: Metrics that exist only for rented clusters (a ``cloud`` section).
 _CLOUD_ONLY = ("p90_time_to_train_days", "p90_cost_to_train_usd")
+#: Pessimistic metrics: the upper end of the 80 % prediction interval (cosearch.model.interval).
+_BAND = ("step_time_high_s", "time_to_train_high_days", "cost_to_train_high_usd")
 SECTIONS = ("model", "training", "cluster", "plan", "cloud")
 #: Cluster fields an instance type decides; a space with a ``cloud`` section may not set them.
 _CLOUD_DECIDES = ("gpu", "gpus", "nodes", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour")
@@ -703,6 +707,13 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
         need, why = _NEEDS.get(m, (None, ""))
         if need and need.split(".", 1)[1] not in (base.get("training") or {}):
             raise CosearchError(need, f"needed by {why}")
+    if any(m in _BAND for m in used):
+        from ..model.interval import INTERVAL_FILE, interval_factors
+
+        if not math.isfinite(interval_factors()[1]):
+            raise CosearchError(next(m for m in used if m in _BAND),
+                                f"needs the prediction interval ({INTERVAL_FILE}, made by experiments/prediction_interval.py), "
+                                "which is missing or unreadable")
     if "cloud" in base:
         _check_cloud_space(base, dims)
     elif any(m in _CLOUD_ONLY for m in used):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._data import BUDGET_METRICS, StudyData, fmt_metric, metric_label
+from ._data import BUDGET_METRICS, StudyData, fmt_band, fmt_metric, metric_label
 
 LEVELS = 5
 
@@ -84,10 +84,15 @@ def budget_table_html(data: StudyData, table: pd.DataFrame | None = None) -> str
         if r.get("trial") is None or (isinstance(r.get("trial"), float) and math.isnan(r["trial"])):
             out.append(f"<tr><td>{limit}</td><td colspan='{len(shown) + 2}' class='none'>no feasible trial within this budget</td></tr>")
             continue
-        cells = "".join(f"<td>{fmt_metric(c, r.get(c))}</td>" for c in shown)
+        cells = "".join(f"<td>{fmt_metric(c, r.get(c))}{_band_cell(c, r)}</td>" for c in shown)
         out.append(f"<tr><td>{limit}</td><td>#{int(r['trial'])}</td>{cells}<td class='plan'>{_esc(r.get('plan', ''))}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def _band_cell(metric: str, row: dict) -> str:
+    band = fmt_band(metric, row)
+    return f"<br><span class='band'>{_esc(band)}</span>" if band else ""
 
 
 def _esc(s: Any) -> str:

@@ -30,6 +30,14 @@ METRIC_LABELS = {
     "tokens_per_s": "tokens/s", "model_tflops_per_gpu": "model TFLOP/s per GPU",
     "time_to_accuracy_days": "time to target loss (days)", "cost_to_accuracy_usd": "cost to target loss (USD)",
     "p90_time_to_train_days": "P90 time to train (days)", "p90_cost_to_train_usd": "P90 cost to train (USD)",
+    "step_time_high_s": "step time, 80 % band top (s)", "time_to_train_high_days": "time to train, 80 % band top (days)",
+    "cost_to_train_high_usd": "cost to train, 80 % band top (USD)",
+}
+#: Metrics with an 80 % prediction interval stored beside them (cosearch.model.interval): (low, high).
+BAND_METRICS = {
+    "step_time_s": ("step_time_low_s", "step_time_high_s"),
+    "time_to_train_days": ("time_to_train_low_days", "time_to_train_high_days"),
+    "cost_to_train_usd": ("cost_to_train_low_usd", "cost_to_train_high_usd"),
 }
 MAX_FRONT_BARS = 40
 
@@ -240,11 +248,24 @@ def fmt_metric(metric: str, value: Any) -> str:
 DETAIL_METRICS = ("time_to_train_days", "cost_to_train_usd", "step_time_s", "mfu", "memory_gib", "gpus")
 
 
+def fmt_band(metric: str, row: Mapping[str, Any]) -> str:
+    """``80 % band 16.1-26.4 days`` of ``metric`` in ``row`` (stored low/high metrics), or "" without one."""
+    lo, hi = (_num(row.get(k)) for k in BAND_METRICS.get(metric, ("", "")))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return ""
+    a, b = fmt_metric(metric, lo), fmt_metric(metric, hi)
+    unit = " " + b.rsplit(" ", 1)[1] if " " in b else ""
+    return f"80 % band {a.removesuffix(unit)}-{b}"
+
+
 def hover_text(row: Mapping[str, Any], metrics: Sequence[str]) -> str:
-    """Plotly hover HTML: trial, plan, then metrics."""
+    """Plotly hover HTML: trial, plan, then metrics (with their 80 % prediction interval where stored)."""
     shown = list(dict.fromkeys([*metrics, *DETAIL_METRICS]))
     lines = [f"<b>trial {int(row['trial'])}</b>", str(row.get("plan", "")).replace(" | ", "<br>")]
-    lines += [f"{metric_label(m)}: {fmt_metric(m, row.get(m))}" for m in shown if m in row]
+    for m in shown:
+        if m in row:
+            band = fmt_band(m, row)
+            lines.append(f"{metric_label(m)}: {fmt_metric(m, row.get(m))}" + (f" ({band})" if band else ""))
     return "<br>".join(lines)
 
 

@@ -3,7 +3,17 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ._data import StudyData, axis_range, hover_text, log_axis, log_ticks, metric_label
+from ._data import BAND_METRICS, StudyData, axis_range, hover_text, log_axis, log_ticks, metric_label
+
+
+def _whiskers(df, col: str) -> dict | None:
+    """Plotly error bars spanning the stored 80 % prediction interval of ``col``, or None."""
+    lo, hi = BAND_METRICS.get(col, ("", ""))
+    if lo not in df or hi not in df or not df[lo].notna().any():
+        return None
+    v = df[col].astype(float)
+    return dict(type="data", symmetric=False, array=(df[hi].astype(float) - v).tolist(),
+                arrayminus=(v - df[lo].astype(float)).tolist(), thickness=1, width=3, color="rgba(31,119,180,0.6)")
 
 
 def plot_pareto_front(data: StudyData) -> go.Figure:
@@ -46,6 +56,7 @@ def plot_pareto_front(data: StudyData) -> go.Figure:
             name=f"Pareto front ({len(front)})", line=dict(shape="hv", color="#1f77b4", width=1.5),
             marker=marker, text=[hover_text(r, shown) for r in front.to_dict("records")],
             hovertemplate="%{text}<extra>front</extra>",
+            error_x=_whiskers(front, x), error_y=_whiskers(front, y),
         ))
     title = "Pareto front" if len(data.objectives) > 1 else f"Trade-off of {data.objectives[0]} against {objs[1]}" if len(objs) > 1 else f"{objs[0]} by trial"
     fig.update_layout(

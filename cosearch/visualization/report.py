@@ -29,7 +29,7 @@ table.budget{border-collapse:collapse;width:100%;font-size:.9em;background:#fff}
 table.budget th,table.budget td{border:1px solid #e0e0e0;padding:5px 8px;text-align:right;vertical-align:top;white-space:nowrap}
 table.budget th{white-space:normal}
 table.budget th{background:#f2f4f7}table.budget th.plan{text-align:left}table.budget td.plan{white-space:normal;text-align:left;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.88em}
-table.budget td.none{text-align:left;color:#999}
+table.budget td.none{text-align:left;color:#999}table.budget span.band{color:#777;font-size:.85em}
 .note{color:#666;font-size:.92em}
 """
 
@@ -123,12 +123,14 @@ def render_html(data: StudyData, figs: dict[str, go.Figure], notes: list[str]) -
     if "pareto-front" in figs:
         heading = "Pareto front" if len(data.objectives) > 1 else "Trade-off front"
         parts.append(_section(heading, _div(figs["pareto-front"], "pareto-front"),
-                              "Hover a point for its plan. Grey: other feasible trials; red crosses: infeasible ones."))
+                              "Hover a point for its plan. Grey: other feasible trials; red crosses: infeasible ones. "
+                              "Whiskers on the front: the 80 % prediction interval of step time, time and cost to train."))
     bm = budget_metric(data)
     if bm is not None and len(data.front):
         parts.append(_section(f"Best configuration per budget ({metric_label(bm)})", budget_table_html(data, best_per_budget(data)),
                               f"For each limit on {metric_label(bm)}, the feasible trial with the best "
-                              f"{metric_label(data.front_objectives[0])} within it."))
+                              f"{metric_label(data.front_objectives[0])} within it. Grey under a value: its 80 % "
+                              "prediction interval (split-conformal, from held-out errors on published training runs)."))
     if "time-breakdown" in figs:
         parts.append(_section("Where the step time goes (front)", _div(figs["time-breakdown"], "time-breakdown")))
         parts.append(_section("Where the memory goes (front)", _div(figs["memory-breakdown"], "memory-breakdown")))

@@ -1,0 +1,62 @@
+"""The 80 % prediction interval of a step-time estimate, as two multiplicative factors.
+
+``data/prediction_interval.yaml`` (made by experiments/prediction_interval.py) holds the
+split-conformal band ``[log_low, log_high]`` of leave-one-source-out residuals
+log(measured / predicted) on the published training runs: a prediction ``t`` becomes the band
+``[t * exp(log_low), t * exp(log_high)]``. The file is read once, through
+:func:`cosearch.data.data_text` (so ``COSEARCH_DATA_DIR`` may replace it). Without the file there
+is no band: both factors are NaN (logged once), and every ``*_low``/``*_high`` metric is NaN.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from functools import lru_cache
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+INTERVAL_FILE = "prediction_interval.yaml"
+
+
+@lru_cache(maxsize=1)
+def interval_info() -> dict[str, Any]:
+    """The band file's contents (``coverage``, ``log_low``, ``log_high``, ``rows``, ``method``, ...),
+    or ``{}`` when it is missing or unreadable."""
+    import yaml
+
+    from ..data import data_text
+
+    try:
+        doc = yaml.safe_load(data_text(INTERVAL_FILE)) or {}
+        lo, hi = float(doc["log_low"]), float(doc["log_high"])
+    except FileNotFoundError:
+        log.warning("no %s: estimates carry no prediction interval (run experiments/prediction_interval.py)", INTERVAL_FILE)
+        return {}
+    except (KeyError, TypeError, ValueError, yaml.YAMLError) as err:
+        log.warning("%s is unreadable (%s): estimates carry no prediction interval", INTERVAL_FILE, err)
+        return {}
+    if not lo <= 0.0 <= hi:
+        log.warning("%s: band [%g, %g] does not contain the estimate; ignored", INTERVAL_FILE, lo, hi)
+        return {}
+    return {**doc, "log_low": lo, "log_high": hi}
+
+
+@lru_cache(maxsize=1)
+def interval_factors() -> tuple[float, float]:
+    """(low, high) factors on a step-time estimate for its prediction interval; (NaN, NaN) without a band."""
+    info = interval_info()
+    if not info:
+        return math.nan, math.nan
+    return math.exp(info["log_low"]), math.exp(info["log_high"])
+
+
+def interval_coverage() -> float:
+    """Nominal coverage of the band (0.8), NaN without one."""
+    return float(interval_info().get("coverage", math.nan))
+
+
+def reload() -> None:
+    """Forget the cached band (after replacing the file or ``COSEARCH_DATA_DIR``)."""
+    interval_info.cache_clear()
+    interval_factors.cache_clear()

@@ -1,0 +1,188 @@
+"""The 80 % prediction interval of every step-time estimate, by split-conformal prediction.
+
+Residuals: every usable row of both published-runs CSVs (experiments/data/validation) predicted by a
+profile fitted WITHOUT the row's source (leave-one-source-out, the same parameters and start as
+experiments/calibrate_default.py), r = log(measured / predicted). A new user's cluster is a new
+source, so these are the errors an estimate should expect.
+
+Band: the split-conformal 80 % central band of r: lower bound the k_lo-th smallest residual with
+k_lo = floor((n+1) * 0.10), upper bound the k_hi-th with k_hi = ceil((n+1) * 0.90) (the finite-sample
+correction: quantile levels ceil((n+1)q)/n, mirrored for the lower end). An estimate t becomes
+[t * exp(log_low), t * exp(log_high)].
+
+Checks (printed, and in results/prediction_interval.json):
+* coverage of the band on the same residuals, overall, per source and per regime (fp8 vs 16-bit,
+  GPU, FSDP vs 3-D plans, long context), which is in-sample for the band;
+* nested leave-one-source-out coverage, the honest number: for each source, the band is made from
+  the other sources only (their own leave-one-source-out residuals, each fit also without the
+  held-out source) and checked on the held-out source's residuals.
+
+Writes cosearch/data/prediction_interval.yaml (read by cosearch.model.interval) and
+experiments/results/prediction_interval.json. Re-run after any model change:
+``python experiments/prediction_interval.py``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from calibrate_default import PARAMS, START  # noqa: E402
+from cosearch.calibration import _subset, cross_validate  # noqa: E402
+from cosearch.validation import Candidates, build_candidates, load_published_runs  # noqa: E402
+
+COVERAGE = 0.8
+OUT_YAML = HERE.parent / "cosearch" / "data" / "prediction_interval.yaml"
+OUT_JSON = HERE / "results" / "prediction_interval.json"
+LONG_CONTEXT = 16384
+
+
+# ----------------------------------------------------------------------------------- data
+def load_candidates() -> Candidates:
+    """Both published-runs CSVs (public + modern) as candidates."""
+    return build_candidates(load_published_runs())
+
+
+def loso_residuals(c: Candidates) -> np.ndarray:
+    """r = log(measured / predicted) per row, each source predicted by a profile fitted without it."""
+    return -cross_validate(c, c.rows["source_id"].to_numpy(), PARAMS, START)
+
+
+# ----------------------------------------------------------------------------------- conformal
+def conformal_bounds(r: np.ndarray, coverage: float = COVERAGE) -> tuple[float, float]:
+    """Split-conformal central band of the residuals ``r``: order statistics k_lo = floor((n+1)a)
+    and k_hi = ceil((n+1)(1-a)) with a = (1-coverage)/2 (-inf/+inf when out of range)."""
+    r = np.sort(np.asarray(r, dtype=float)[np.isfinite(r)])
+    n = len(r)
+    if n == 0:
+        return -math.inf, math.inf
+    a = (1.0 - coverage) / 2.0
+    k_lo = math.floor((n + 1) * a + 1e-9)
+    k_hi = math.ceil((n + 1) * (1.0 - a) - 1e-9)
+    lo = float(r[k_lo - 1]) if k_lo >= 1 else -math.inf
+    hi = float(r[k_hi - 1]) if k_hi <= n else math.inf
+    return lo, hi
+
+
+def covered(r: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    r = np.asarray(r, dtype=float)
+    return (r >= lo) & (r <= hi)
+
+
+def nested_covered(c: Candidates, r: np.ndarray, coverage: float = COVERAGE) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
+    """Per row: whether its residual lies in the band made from the OTHER sources only (their
+    leave-one-source-out residuals, every fit also without the row's source). Also each held-out
+    source's band."""
+    src = c.rows["source_id"].to_numpy()
+    out = np.zeros(len(src), dtype=bool)
+    bands = {}
+    for s in np.unique(src):
+        others = src != s
+        sub = _subset(c, others)
+        lo, hi = conformal_bounds(loso_residuals(sub), coverage)
+        bands[str(s)] = (lo, hi)
+        out[~others] = covered(r[~others], lo, hi)
+    return out, bands
+
+
+# ----------------------------------------------------------------------------------- regimes
+def regimes(c: Candidates) -> pd.DataFrame:
+    """Per row: source, precision (fp8 / 16-bit), GPU, plan kind (FSDP / 3-D / data parallel), context."""
+    first = {}
+    for i, ri in enumerate(c.row_of):
+        first.setdefault(int(ri), i)
+    plan = [c.scenarios[first[i]]["plan"] for i in range(len(c.rows))]
+    gpu = [c.scenarios[first[i]]["cluster"]["gpu"] for i in range(len(c.rows))]
+    prec = ["fp8" if "fp8" in str(p).lower() else "16-bit" for p in c.rows["precision"]]
+    kind = ["FSDP (zero-3)" if p["zero"] >= 3 else "3-D (tp/pp > 1)" if (p["tp"] > 1 or p["pp"] > 1) else "data parallel"
+            for p in plan]
+    ctx = [f"seq >= {LONG_CONTEXT // 1024}k" if s >= LONG_CONTEXT else f"seq < {LONG_CONTEXT // 1024}k" for s in c.rows["seq_len"]]
+    return pd.DataFrame({"source": c.rows["source_id"].astype(str).to_numpy(), "precision": prec, "gpu": gpu,
+                         "plan": kind, "context": ctx})
+
+
+def coverage_table(reg: pd.DataFrame, r: np.ndarray, inband: np.ndarray, nested: np.ndarray) -> pd.DataFrame:
+    """Rows, coverage of the shipped band, nested coverage and median residual per group."""
+    recs = [{"group": "all", "value": "all", "rows": len(r), "coverage": float(inband.mean()),
+             "nested_coverage": float(nested.mean()), "median_r": float(np.median(r))}]
+    for col in reg.columns:
+        for val, idx in reg.groupby(col).indices.items():
+            recs.append({"group": col, "value": str(val), "rows": len(idx), "coverage": float(inband[idx].mean()),
+                         "nested_coverage": float(nested[idx].mean()), "median_r": float(np.median(r[idx]))})
+    return pd.DataFrame(recs)
+
+
+def analyze(coverage: float = COVERAGE) -> dict:
+    """Residuals, the band and every coverage number (what main() writes)."""
+    c = load_candidates()
+    r = loso_residuals(c)
+    lo, hi = conformal_bounds(r, coverage)
+    inband = covered(r, lo, hi)
+    nested, bands = nested_covered(c, r, coverage)
+    reg = regimes(c)
+    table = coverage_table(reg, r, inband, nested)
+    per_source_nested = table[table.group == "source"].set_index("value")["nested_coverage"]
+    return {"candidates": c, "residuals": r, "log_low": lo, "log_high": hi, "in_band": inband, "nested": nested,
+            "nested_bands": bands, "table": table, "nested_source_mean": float(per_source_nested.mean())}
+
+
+def main() -> None:
+    res = analyze()
+    lo, hi, table = res["log_low"], res["log_high"], res["table"]
+    n = len(res["residuals"])
+    sources = sorted(map(str, res["candidates"].rows["source_id"].unique()))
+    today = _dt.date.today().isoformat()
+    doc = {
+        "coverage": COVERAGE,
+        "log_low": round(lo, 6),
+        "log_high": round(hi, 6),
+        "factor_low": round(math.exp(lo), 4),
+        "factor_high": round(math.exp(hi), 4),
+        "rows": n,
+        "sources": sources,
+        "method": (f"split-conformal {COVERAGE:.0%} central band of leave-one-source-out residuals "
+                   "log(measured/predicted) on published_runs_public.csv + published_runs_modern.csv "
+                   f"(profile params {', '.join(PARAMS)} refitted per fold); order statistics floor((n+1)*0.1) "
+                   "and ceil((n+1)*0.9)"),
+        "checks": {
+            "loso_coverage": round(float(res["in_band"].mean()), 4),
+            "nested_loso_coverage": round(float(res["nested"].mean()), 4),
+            "nested_loso_coverage_source_mean": round(res["nested_source_mean"], 4),
+        },
+        "made_by": "experiments/prediction_interval.py",
+        "date": today,
+    }
+    OUT_YAML.write_text("# 80 % prediction interval of step-time estimates (cosearch.model.interval).\n"
+                        "# Made by experiments/prediction_interval.py; do not edit by hand.\n"
+                        + yaml.safe_dump(doc, sort_keys=False))
+    OUT_JSON.parent.mkdir(exist_ok=True)
+    report = {**doc, "nested_bands": {k: [round(a, 6), round(b, 6)] for k, (a, b) in res["nested_bands"].items()},
+              "table": table.round(4).to_dict("records")}
+    OUT_JSON.write_text(json.dumps(report, indent=2))
+
+    print(f"{n} rows from {len(sources)} sources; {COVERAGE:.0%} band of log(measured/predicted): "
+          f"[{lo:+.4f}, {hi:+.4f}] -> step time x [{math.exp(lo):.3f}, {math.exp(hi):.3f}]")
+    print(f"coverage on the LOSO residuals: {res['in_band'].mean():.1%}   nested LOSO (band from the other sources): "
+          f"{res['nested'].mean():.1%} of rows, {res['nested_source_mean']:.1%} averaged over sources")
+    print("nested bands (held-out source: factors from the others): " + ", ".join(
+        f"{k} x[{math.exp(a):.3f}, {math.exp(b):.3f}]" for k, (a, b) in res["nested_bands"].items()))
+    show = table.copy()
+    for col in ("coverage", "nested_coverage"):
+        show[col] = (100 * show[col]).map("{:.1f} %".format)
+    show["median_r"] = show["median_r"].map("{:+.3f}".format)
+    print(show.to_string(index=False))
+    print(f"wrote {OUT_YAML.relative_to(HERE.parent)} and {OUT_JSON.relative_to(HERE.parent)}")
+
+
+if __name__ == "__main__":
+    main()
