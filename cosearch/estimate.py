@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from . import hardware
 from .model import BREAKDOWN_KEYS, MEMORY_KEYS, Profile, evaluate
 from .model.feasibility import check_scalar
 from .model.columns import broadcast_columns
@@ -86,4 +87,7 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
         from .calibration import range_warnings
 
         result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
+    assumed = hardware.efficiency_warning(sc.cluster.gpu)  # catalog efficiency not measured on this GPU
+    if assumed:
+        result["warnings"].append(assumed)
     return result

@@ -15,33 +15,77 @@ import yaml
 from .errors import CosearchError
 from .data import data_text
 
-#: Fraction of the datasheet dense peak that large bf16 GEMMs reach, per GPU id.
-#: h100-sxm: least-squares fit of ``t = t0 + max(F/(eta*peak), bytes/bw)`` to the 230 measured
-#: GEMMs in ``experiments/data/measurements/h100/gemm.csv`` (eta = 0.707, t0 = 19 us; experiments/fit_gemm.py).
-#: Other GPUs: no measurement here; 0.80 is the large-GEMM plateau cuBLAS reports on A100/V100-class
-#: parts that do not power-throttle as the 700 W H100 does; Hopper/Blackwell parts take the H100 value.
-MATMUL_EFFICIENCY_DEFAULT = 0.80
-MATMUL_EFFICIENCY: dict[str, float] = {
-    "h100-sxm": 0.707,
-    "h100-pcie": 0.707,
-    "h200": 0.707,
-    "b200": 0.707,
-    "gb200": 0.707,
-}
+#: The model's GEMM time is ``t0 + max(2mnk / (eta * peak), bytes / bw)``; eta is a FIT with a
+#: per-kernel overhead t0, not a raw achieved fraction. For the reference GPU (H100 SXM) the fit of
+#: that formula to the 230 measured bf16 GEMMs in ``experiments/data/measurements/h100/gemm.csv``
+#: gives eta = 0.707 with t0 = 19 us (experiments/fit_gemm.py), while its best large GEMMs reach
+#: 0.80 of peak (the catalog's ``efficiency.large_gemm_bf16`` of h100-sxm). Every GPU's eta is its
+#: measured large-GEMM fraction scaled by that same ratio (see :func:`matmul_eta`).
+REFERENCE_GPU = "h100-sxm"
+REFERENCE_FIT_ETA = 0.707
 
 PRECISIONS = ("bf16", "fp16", "fp8")
 
 
+def matmul_eta(large_gemm_fraction: float | None, reference_fraction: float) -> float:
+    """The model's matmul efficiency for a measured large-GEMM fraction of peak (bf16 or fp8):
+    ``fraction x REFERENCE_FIT_ETA / reference_fraction``, so the reference GPU reproduces its fitted
+    0.707 exactly and every other GPU (and precision) scales by its fraction relative to the
+    reference's bf16 fraction. ``None`` (no fp8 measurement / no fp8) -> NaN, which the model
+    replaces by the bf16 eta x ``profile.fp8_matmul_relative``."""
+    if large_gemm_fraction is None:
+        return float("nan")
+    return REFERENCE_FIT_ETA * (float(large_gemm_fraction) / reference_fraction)
+
+
+def _efficiency_block(gid: str, entry: dict[str, Any]) -> dict[str, Any]:
+    eff = entry.get("efficiency")
+    if not isinstance(eff, dict) or eff.get("large_gemm_bf16") is None or not eff.get("source"):
+        raise CosearchError(f"gpus.yaml:{gid}.efficiency",
+                            "each GPU needs an efficiency block with large_gemm_bf16, measured and source")
+    return eff
+
+
+def _reference_fraction(gpus: dict[str, dict[str, Any]]) -> float:
+    ref = gpus.get(REFERENCE_GPU)
+    if ref is None:  # a site catalog without H100: the shipped reference still defines the scale
+        from importlib import resources
+
+        ref = yaml.safe_load(resources.files("cosearch.data").joinpath("gpus.yaml").read_text())["gpus"][REFERENCE_GPU]
+    return float(_efficiency_block(REFERENCE_GPU, ref)["large_gemm_bf16"])
+
+
+
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, dict[str, Any]]:
-    """The GPU catalog as ``{id: entry}``; each entry also gets ``matmul_efficiency``."""
+    """The GPU catalog as ``{id: entry}``. Each entry also gets the model's ``matmul_efficiency``
+    (bf16) and ``matmul_efficiency_fp8`` (NaN without an fp8 measurement) from its ``efficiency``
+    block (:func:`matmul_eta`), ``efficiency_measured`` (bool), ``efficiency_source`` and
+    ``efficiency_assumption`` (None when measured). A null price becomes NaN (cost outputs empty)."""
     text = data_text("gpus.yaml")
     gpus = yaml.safe_load(text)["gpus"]
+    ref = _reference_fraction(gpus)
     for gid, entry in gpus.items():
         entry.setdefault("gpus_per_node", 8)
         entry.setdefault("nvlink_domain", entry["gpus_per_node"])
-        entry["matmul_efficiency"] = MATMUL_EFFICIENCY.get(gid, MATMUL_EFFICIENCY_DEFAULT)
+        if entry.get("price_usd_per_gpu_hour") is None:
+            entry["price_usd_per_gpu_hour"] = float("nan")
+        eff = _efficiency_block(gid, entry)
+        entry["matmul_efficiency"] = matmul_eta(eff["large_gemm_bf16"], ref)
+        entry["matmul_efficiency_fp8"] = matmul_eta(eff.get("large_gemm_fp8"), ref)
+        entry["efficiency_measured"] = bool(eff.get("measured", False))
+        entry["efficiency_source"] = str(eff["source"])
+        entry["efficiency_assumption"] = None if entry["efficiency_measured"] else str(
+            eff.get("assumption") or "no public GEMM measurement; see efficiency.source")
     return gpus
+
+
+def efficiency_warning(gpu_id: str) -> str | None:
+    """One line when ``gpu_id``'s matmul efficiency is assumed rather than measured, else None."""
+    entry = gpu(gpu_id)
+    if entry["efficiency_measured"]:
+        return None
+    return f"{gpu_id}: no public GEMM measurement; matmul efficiency assumed ({entry['efficiency_assumption']})"
 
 
 def gpu_ids() -> list[str]:

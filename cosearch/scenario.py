@@ -209,6 +209,7 @@ def hardware_values(cluster: ClusterSpec, precision: str) -> dict[str, float]:
         values["nvlink_domain"] = float(cluster.gpus_per_node)  # NVLink ends at the node boundary
     values["peak_tflops"] = hardware.peak_tflops(cluster.gpu, precision)
     values["matmul_efficiency"] = float(entry["matmul_efficiency"])
+    values["matmul_efficiency_fp8"] = float(entry["matmul_efficiency_fp8"])  # NaN: bf16 x profile ratio
     return values
 
 

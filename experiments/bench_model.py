@@ -36,7 +36,7 @@ def random_space(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     for key in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "gated_mlp", "vocab", "seq_len", "tied_embeddings"):
         cols[key] = np.array([float(a[key]) for a in arch])[mi]
     cat = catalog()
-    for key in HARDWARE_OVERRIDES + ("matmul_efficiency",):
+    for key in HARDWARE_OVERRIDES + ("matmul_efficiency", "matmul_efficiency_fp8"):
         cols[key] = np.array([float(cat[g][key]) for g in GPUS])[gi]
     cols["peak_tflops"] = np.array([float(cat[g]["peak_tflops"]["bf16"]) for g in GPUS])[gi]
     tp = rng.choice([1, 2, 4, 8], n).astype(float)

@@ -29,6 +29,7 @@ def gpu_columns(gpu: str, precision: str = "bf16") -> dict[str, float]:
     entry = catalog()[gpu]
     cols = {k: float(entry[k]) for k in HARDWARE_OVERRIDES}
     cols["matmul_efficiency"] = float(entry["matmul_efficiency"])
+    cols["matmul_efficiency_fp8"] = float(entry["matmul_efficiency_fp8"])
     cols["peak_tflops"] = float(entry["peak_tflops"][precision])
     return cols
 

@@ -213,7 +213,7 @@ def _columns(n=1):
 
     c = scenario_columns(load_scenario(_scenario()))
     for k in ("gpus", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour", "peak_tflops",
-              "matmul_efficiency", "hbm_gib", "hbm_tbps", "nvlink_gbps", "power_w", "dp"):
+              "matmul_efficiency", "matmul_efficiency_fp8", "hbm_gib", "hbm_tbps", "nvlink_gbps", "power_w", "dp"):
         c.pop(k)
     return {k: np.full(n, v) for k, v in c.items()}
 

@@ -27,6 +27,10 @@ def _money(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.2f}"
 
 
+def _efficiency(r) -> str:
+    return f"{r['large_gemm_bf16']:.2f}" + ("" if r["efficiency_measured"] else "*")
+
+
 def run(args: argparse.Namespace) -> int:
     cat = load_catalog(args.catalog or None)
     df = cat.table(gpu=args.gpu, provider=args.provider)
@@ -53,4 +57,15 @@ def run(args: argparse.Namespace) -> int:
                   "-" if rev is None or (isinstance(rev, float) and math.isnan(rev)) else f"{rev:.4g}",
                   r["regions"], str(r["price_date"]))
     console().print(t)
+    g = Table(title="GPU efficiency (large-GEMM fraction of the dense bf16 peak; the model's matmul efficiency scales "
+                    "from it, H100 SXM = 0.707; sources in cosearch/data/gpus.yaml, --json lists them)", title_justify="left")
+    for col, just in (("GPU", "left"), ("GEMM eff", "right"), ("model eta", "right"), ("measured", "left")):
+        g.add_column(col, justify=just)
+    seen = {}
+    for r in df.to_dict(orient="records"):
+        seen.setdefault(r["gpu"], r)
+    for gid, r in seen.items():
+        g.add_row(gid, _efficiency(r), f"{r['matmul_efficiency']:.3f}",
+                  "yes" if r["efficiency_measured"] else "no (assumed, *)")
+    console().print(g)
     return 0

@@ -93,7 +93,7 @@ def render(r: dict, console: Console) -> None:
         head.add_row("cost P10/P50/P90", " / ".join(f"${_fmt(cloud[f'p{q}_cost_to_train_usd'], ',.0f')}" for q in (10, 50, 90)))
     console.print(head)
     for w in r.get("warnings", []):
-        console.print(f"[yellow]warning: extrapolating: {w}[/]")
+        console.print(f"[yellow]warning: {w}[/]")
     t = Table(title="step time", title_justify="left")
     t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")
     total = r["step_time_s"] or 1.0

@@ -177,6 +177,7 @@ class Catalog:
         if provider is not None and provider not in self.providers:
             raise CosearchError("--provider", f"unknown provider {provider!r}; allowed: {', '.join(self.providers)}")
         rows = []
+        gpus_cat = hardware.catalog()
         for it in self.instances.values():
             if (gpu and it.gpu != gpu) or (provider and it.provider != provider):
                 continue
@@ -189,6 +190,11 @@ class Catalog:
                 "spot_usd_per_gpu_hour": None if it.spot_usd_per_hour is None else it.spot_usd_per_hour / it.gpus,
                 "revocation_per_hour": it.revocation_per_hour, "failure_per_hour": it.failure_per_hour,
                 "storage_gbps": it.storage_gbps, "regions": " ".join(it.regions), "price_date": it.price_date,
+                "large_gemm_bf16": gpus_cat[it.gpu]["efficiency"]["large_gemm_bf16"],
+                "large_gemm_fp8": gpus_cat[it.gpu]["efficiency"].get("large_gemm_fp8"),
+                "matmul_efficiency": gpus_cat[it.gpu]["matmul_efficiency"],
+                "efficiency_measured": gpus_cat[it.gpu]["efficiency_measured"],
+                "efficiency_source": gpus_cat[it.gpu]["efficiency_source"],
             })
         return pd.DataFrame(rows)
 
@@ -218,7 +224,7 @@ class Catalog:
             "failure_per_hour": col(lambda it: it.failure_per_hour),
             "storage_gbps": col(lambda it: it.storage_gbps),
             "peak_tflops": col(lambda it: peak(it.gpu)),
-            "matmul_efficiency": g("matmul_efficiency"),
+            "matmul_efficiency": g("matmul_efficiency"), "matmul_efficiency_fp8": g("matmul_efficiency_fp8"),
             "hbm_gib": g("hbm_gib"), "hbm_tbps": g("hbm_tbps"), "nvlink_gbps": g("nvlink_gbps"),
             "power_w": g("power_w"),
         }

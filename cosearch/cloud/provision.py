@@ -178,6 +178,7 @@ def instance_columns(instance, instances, spot=0.0, precision="bf16", catalog: C
         "gpus": n * g, "gpus_per_node": g, "nvlink_domain": a["nvlink_domain"][idx],
         "network_gbps": a["network_gbps_per_gpu"][idx], "price_usd_per_gpu_hour": price_inst / g,
         "peak_tflops": peak_of(idx), "matmul_efficiency": a["matmul_efficiency"][idx],
+        "matmul_efficiency_fp8": a["matmul_efficiency_fp8"][idx],
         "hbm_gib": a["hbm_gib"][idx], "hbm_tbps": a["hbm_tbps"][idx], "nvlink_gbps": a["nvlink_gbps"][idx],
         "power_w": a["power_w"][idx],
     }

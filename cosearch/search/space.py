@@ -285,7 +285,7 @@ class SearchSpace:
             else:
                 gpu_names, gidx = [gpu], 0
             cat = {g: hardware.gpu(g) for g in gpu_names}
-            for key in HARDWARE_OVERRIDES + ("matmul_efficiency",):
+            for key in HARDWARE_OVERRIDES + ("matmul_efficiency", "matmul_efficiency_fp8"):
                 table = np.array([float(cat[g][key]) for g in gpu_names])
                 cols[key] = table[gidx]
             prec = get.raw("training.precision", "bf16")
