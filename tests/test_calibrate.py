@@ -83,7 +83,7 @@ def test_calibration_recovers_known_profile_from_synthetic_measurements(tmp_path
 
 def test_calibration_lowers_held_out_error_on_published_runs(tmp_path, capsys):
     rc, stdout, err = _main(capsys, "calibrate", str(PUBLISHED), "--out", str(tmp_path / "p.yaml"), "--base", "kernel",
-                            "--params", "matmul_scale,flash_attention_relative", "--folds", "3", "--json")
+                            "--params", "matmul_scale,fsdp_overlap", "--folds", "3", "--json")
     assert rc == 0, err
     r = json.loads(stdout)
     assert r["format"] == "published" and r["rows"] >= 100
