@@ -78,25 +78,6 @@ def test_band_contains_the_estimate_on_the_vectorized_path():
         np.testing.assert_allclose(b / v, hi, rtol=1e-12)
 
 
-def test_scalar_estimate_equals_vectorized_band():
-    sp = _space()
-    rows = random_rows(sp, 40, seed=3)
-    m = sp.evaluate_rows(rows)
-    checked = 0
-    for i, sc in enumerate(sp.scenarios(rows)):
-        if not m["valid"][i]:
-            continue
-        r = estimate(sc)
-        assert r["step_time_interval_s"] == pytest.approx([m["step_time_low_s"][i], m["step_time_high_s"][i]], rel=1e-12)
-        assert r["time_to_train_interval_days"] == pytest.approx(
-            [m["time_to_train_low_days"][i], m["time_to_train_high_days"][i]], rel=1e-12)
-        assert r["cost_to_train_high_usd"] == pytest.approx(m["cost_to_train_high_usd"][i], rel=1e-12)
-        lo, hi = r["step_time_interval_s"]
-        assert lo < r["step_time_s"] < hi and r["interval_coverage"] == 0.8
-        checked += 1
-    assert checked > 10
-
-
 def test_cloud_band_is_on_the_expected_values():
     d = {"model": "llama2-7b", "training": {"global_batch": 512, "tokens": 2.0e11, "precision": "bf16"},
          "cloud": {"instance": ["aws/p5.48xlarge", "gcp/a2-ultragpu-8g"], "instances": [2, 4], "pricing": ["on_demand", "spot"]},

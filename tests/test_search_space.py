@@ -34,6 +34,13 @@ def test_rows_match_scalar_estimate():
         est = estimate(sc)
         assert est["step_time_s"] == pytest.approx(m["step_time_s"][i], rel=1e-12)
         assert est["memory_gib"] == pytest.approx(m["memory_gib"][i], rel=1e-12)
+        # the 80 % band, scalar and vectorized alike (cosearch/model/interval.py)
+        assert est["step_time_interval_s"] == pytest.approx([m["step_time_low_s"][i], m["step_time_high_s"][i]], rel=1e-12)
+        assert est["time_to_train_interval_days"] == pytest.approx(
+            [m["time_to_train_low_days"][i], m["time_to_train_high_days"][i]], rel=1e-12)
+        assert est["cost_to_train_high_usd"] == pytest.approx(m["cost_to_train_high_usd"][i], rel=1e-12)
+        lo, hi = est["step_time_interval_s"]
+        assert lo < est["step_time_s"] < hi and est["interval_coverage"] == 0.8
         checked += 1
     assert checked > 5
 
