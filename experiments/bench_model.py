@@ -3,6 +3,10 @@
 Draws 1,000,000 random configurations of a realistic space (7 model presets x 8 GPU types x
 cluster sizes x every plan knob), evaluates them in one process pinned to one core, prints a table
 and, as its last line, a JSON object with ``configs_per_s``. Saves experiments/results/bench_model.json.
+
+Also times the scalar path: one ``cosearch.estimate`` call on examples/gpt3-175b.yaml, given as a
+dict (validated into a Scenario on every call) and as a ready Scenario; median microseconds per call
+over ``BENCH_CALLS`` (2,000) calls after a warm-up.
 """
 from __future__ import annotations
 
@@ -17,12 +21,18 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from cosearch import evaluate  # noqa: E402
+import statistics  # noqa: E402
+
+import yaml  # noqa: E402
+
+from cosearch import estimate, evaluate, load_scenario  # noqa: E402
 from cosearch.hardware import catalog  # noqa: E402
 from cosearch.presets import preset  # noqa: E402
 from cosearch.scenario import HARDWARE_OVERRIDES  # noqa: E402
 
 N = int(os.environ.get("BENCH_N", 1_000_000))
+CALLS = int(os.environ.get("BENCH_CALLS", 2000))
+EXAMPLE = HERE.parent / "examples" / "gpt3-175b.yaml"
 MODELS = ["gpt3-175b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mpt-30b", "megatron-1t"]
 GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "gb200", "mi300x", "l40s"]
 
@@ -56,6 +66,19 @@ def random_space(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     return cols
 
 
+def time_estimate(scenario, calls: int = CALLS, warmup: int = 200) -> float:
+    """Median seconds of one ``estimate(scenario)`` call."""
+    for _ in range(warmup):
+        estimate(scenario)
+    times = []
+    clock = time.perf_counter
+    for _ in range(calls):
+        t0 = clock()
+        estimate(scenario)
+        times.append(clock() - t0)
+    return statistics.median(times)
+
+
 def main() -> None:
     try:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -71,13 +94,22 @@ def main() -> None:
         out = evaluate(cols)
         runs.append(time.perf_counter() - t0)
     best = min(runs)
+    data = yaml.safe_load(EXAMPLE.read_text())
+    scenario = load_scenario(data)
+    per_call_dict = time_estimate(data)
+    per_call_scenario = time_estimate(scenario)
     result = {
         "configs": N, "seconds": best, "configs_per_s": N / best, "generate_s": t_gen,
         "valid_share": float(out["valid"].mean()), "feasible_share": float(out["feasible"].mean()),
         "cores": 1, "numpy": np.__version__,
+        "estimate_example": EXAMPLE.name, "estimate_calls": CALLS,
+        "estimate_dict_us": per_call_dict * 1e6, "estimate_scenario_us": per_call_scenario * 1e6,
     }
     print(f"{'configs':>12} {'eval s':>8} {'configs/s':>14} {'valid':>7} {'feasible':>9}")
     print(f"{N:>12,} {best:>8.3f} {N / best:>14,.0f} {result['valid_share']:>7.1%} {result['feasible_share']:>9.1%}")
+    print(f"\n{'cosearch.estimate(' + EXAMPLE.name + ')':<40} {'median us/call':>15}  ({CALLS:,} calls)")
+    print(f"{'  given a dict':<40} {per_call_dict * 1e6:>15.1f}")
+    print(f"{'  given a Scenario':<40} {per_call_scenario * 1e6:>15.1f}")
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "bench_model.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
