@@ -2,7 +2,7 @@
 
 Every model function is written once. Called with numpy arrays it evaluates whole columns of
 configurations; called with plain Python numbers (one configuration, :func:`cosearch.model.evaluate_scalar`)
-the same expressions run on floats, which is ~50x faster than numpy on 0-d arrays. Each operation here
+the same expressions run on floats, about 20x faster than numpy on 0-d arrays. Each operation here
 dispatches on the types of its arguments: all plain Python scalars (float, int, bool) -> a ``math``
 implementation with numpy's semantics (NaN propagates through maximum/minimum/clip, floor/ceil return
 floats and pass NaN/inf through, log2(0) = -inf); anything else -> the numpy function.

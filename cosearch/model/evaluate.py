@@ -60,10 +60,10 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
 def evaluate_scalar(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:
     """:func:`evaluate` for ONE configuration, returning plain Python floats and bools.
 
-    The same model code runs on Python floats (:mod:`._ops` dispatches each operation), about 50x
+    The same model code runs on Python floats (:mod:`._ops` dispatches each operation), about 20x
     faster than numpy on 0-d arrays. Python raises where numpy returns inf/NaN (a division by zero,
-    in practice only in rows that break a rule); such a configuration is evaluated again on 0-d arrays,
-    so the values always equal the vectorized path's.
+    in practice only in rows that break a rule or have a zero rate); such a configuration is evaluated
+    again on 0-d arrays, so the values always equal the vectorized path's.
     """
     return evaluate_scalar_columns(scalar_columns(columns), profile)
 
