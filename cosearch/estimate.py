@@ -7,15 +7,20 @@ from typing import Any
 import numpy as np
 
 from . import hardware
-from .model import BREAKDOWN_KEYS, MEMORY_KEYS, Profile, evaluate
+from .model import BREAKDOWN_KEYS, MEMORY_KEYS, Profile
+from .model.evaluate import evaluate_scalar_columns
 from .model.feasibility import check_scalar
-from .model.columns import broadcast_columns
+from .model.columns import scalar_columns
 from .model.interval import interval_coverage
 from .model.profile import DEFAULT_PROFILE
 from .scenario import Scenario, load_scenario, scenario_columns
 
 
 def _num(x: Any) -> float | bool | None:
+    if type(x) is float:
+        return None if x != x else x
+    if type(x) is bool:
+        return x
     v = np.asarray(x).reshape(-1)[0]
     if v.dtype == bool:
         return bool(v)
@@ -44,9 +49,10 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     ``cloud`` holds the transient-server economics (docs/cloud.md).
     """
     sc: Scenario = load_scenario(scenario)
-    cols = scenario_columns(sc)
-    check_scalar(broadcast_columns(cols))
-    out = evaluate(cols, profile or DEFAULT_PROFILE)
+    cols = scalar_columns(scenario_columns(sc))
+    out = evaluate_scalar_columns(cols, profile or DEFAULT_PROFILE)
+    if not out["valid"]:
+        check_scalar(cols)  # the first rule the plan breaks, as a one-line error
     result: dict[str, Any] = {
         key: _num(out[key])
         for key in (

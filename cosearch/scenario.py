@@ -223,7 +223,7 @@ def scenario_columns(sc: Scenario) -> dict[str, float]:
     m, cl, pl = sc.model, sc.cluster, sc.plan
     cols: dict[str, float] = {k: getattr(m, k) for k in ARCH_FIELDS}
     for section in (sc.training, pl, cl):
-        for key, value in section.model_dump().items():
+        for key, value in section.__dict__.items():  # the fields: these sections hold only plain values
             if key not in INPUT_COLUMNS or value is None:
                 continue
             cols[key] = CATEGORICAL_CODES[key][value] if key in CATEGORICAL_CODES else value

@@ -3,6 +3,10 @@
 Draws 1,000,000 random configurations of a realistic space (7 model presets x 8 GPU types x
 cluster sizes x every plan knob), evaluates them in one process pinned to one core, prints a table
 and, as its last line, a JSON object with ``configs_per_s``. Saves experiments/results/bench_model.json.
+
+Also times the scalar path: one ``cosearch.estimate`` call on examples/gpt3-175b.yaml, given as a
+dict (validated into a Scenario on every call) and as a ready Scenario; median microseconds per call
+over ``BENCH_CALLS`` (2,000) calls each after a warm-up, the two taking turns in 10 rounds.
 """
 from __future__ import annotations
 
@@ -17,12 +21,18 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from cosearch import evaluate  # noqa: E402
+import statistics  # noqa: E402
+
+import yaml  # noqa: E402
+
+from cosearch import estimate, evaluate, load_scenario  # noqa: E402
 from cosearch.hardware import catalog  # noqa: E402
 from cosearch.presets import preset  # noqa: E402
 from cosearch.scenario import HARDWARE_OVERRIDES  # noqa: E402
 
 N = int(os.environ.get("BENCH_N", 1_000_000))
+CALLS = int(os.environ.get("BENCH_CALLS", 2000))
+EXAMPLE = HERE.parent / "examples" / "gpt3-175b.yaml"
 MODELS = ["gpt3-175b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mpt-30b", "megatron-1t"]
 GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "gb200", "mi300x", "l40s"]
 
@@ -56,6 +66,30 @@ def random_space(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     return cols
 
 
+def time_estimate(scenarios: dict, calls: int = CALLS, warmup: int = 200, rounds: int = 10) -> dict:
+    """(median, lowest round median) seconds of one ``estimate(scenario)`` call for each scenario. The
+    scenarios take turns in ``rounds`` rounds of ``calls / rounds`` calls, so that a noisy spell (this
+    VM's speed swings up to 2x within a minute) hits them alike; the lowest round median is the
+    figure for a quiet spell."""
+    for scenario in scenarios.values():
+        for _ in range(warmup):
+            estimate(scenario)
+    times: dict = {name: [] for name in scenarios}
+    round_medians: dict = {name: [] for name in scenarios}
+    clock = time.perf_counter
+    for _ in range(rounds):
+        for name, scenario in scenarios.items():
+            this_round = []
+            record = this_round.append
+            for _ in range(calls // rounds):
+                t0 = clock()
+                estimate(scenario)
+                record(clock() - t0)
+            times[name] += this_round
+            round_medians[name].append(statistics.median(this_round))
+    return {name: (statistics.median(t), min(round_medians[name])) for name, t in times.items()}
+
+
 def main() -> None:
     try:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -71,13 +105,24 @@ def main() -> None:
         out = evaluate(cols)
         runs.append(time.perf_counter() - t0)
     best = min(runs)
+    valid_share, feasible_share = float(out["valid"].mean()), float(out["feasible"].mean())
+    del cols, out
+    data = yaml.safe_load(EXAMPLE.read_text())
+    per_call = time_estimate({"dict": data, "scenario": load_scenario(data)})
+    (per_call_dict, quiet_dict), (per_call_scenario, quiet_scenario) = per_call["dict"], per_call["scenario"]
     result = {
         "configs": N, "seconds": best, "configs_per_s": N / best, "generate_s": t_gen,
-        "valid_share": float(out["valid"].mean()), "feasible_share": float(out["feasible"].mean()),
+        "valid_share": valid_share, "feasible_share": feasible_share,
         "cores": 1, "numpy": np.__version__,
+        "estimate_example": EXAMPLE.name, "estimate_calls": CALLS,
+        "estimate_dict_us": per_call_dict * 1e6, "estimate_scenario_us": per_call_scenario * 1e6,
+        "estimate_dict_us_best_round": quiet_dict * 1e6, "estimate_scenario_us_best_round": quiet_scenario * 1e6,
     }
     print(f"{'configs':>12} {'eval s':>8} {'configs/s':>14} {'valid':>7} {'feasible':>9}")
     print(f"{N:>12,} {best:>8.3f} {N / best:>14,.0f} {result['valid_share']:>7.1%} {result['feasible_share']:>9.1%}")
+    print(f"\n{'cosearch.estimate(' + EXAMPLE.name + ')':<36} {'median us/call':>15} {'best round':>11}  ({CALLS:,} calls)")
+    print(f"{'  given a dict':<36} {per_call_dict * 1e6:>15.1f} {quiet_dict * 1e6:>11.1f}")
+    print(f"{'  given a Scenario':<36} {per_call_scenario * 1e6:>15.1f} {quiet_scenario * 1e6:>11.1f}")
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "bench_model.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result))

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _ops as ops
 from . import communication as comm
 
 #: Scenario words of the collective algorithm knobs (``plan.tp_collective``, ``plan.dp_collective``).
@@ -78,14 +79,14 @@ class Fabric:
 
 def _shape(size, stride, domain):
     """(inside one domain, members per domain g, domains spanned n)."""
-    n_ranks = np.maximum(size, 1.0)
+    n_ranks = ops.maximum(size, 1.0)
     inside = n_ranks * stride <= domain
-    g = np.where(inside, n_ranks, np.clip(domain / stride, 1.0, n_ranks))
+    g = ops.where(inside, n_ranks, ops.clip(domain / stride, 1.0, n_ranks))
     return inside, g, n_ranks / g
 
 
 def _log2_steps(x):
-    return np.ceil(np.log2(np.maximum(x, 1.0)))
+    return ops.ceil(ops.log2(ops.maximum(x, 1.0)))
 
 
 def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0):
@@ -93,13 +94,13 @@ def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0
     if op not in ("all_reduce", "all_gather"):
         raise ValueError(f"unknown collective {op!r}")
     twice = 2.0 if op == "all_reduce" else 1.0
-    M, N = message_bytes, np.maximum(size, 1.0)
+    M, N = message_bytes, ops.maximum(size, 1.0)
     inside, g, n = _shape(size, stride, fabric.domain)
     nvl, a_nvl, a_net = fabric.nvl_Bps, fabric.nvl_lat_s, fabric.net_lat_s
     nic = fabric.ring_nic_Bps(size, stride)
     nic_a2a = DIRECT_NETWORK_EFFICIENCY * fabric.net_Bps * comm.spine_share(size, stride, fabric.domain, fabric.leaf_gpus,
                                                  fabric.oversubscription, all_to_all=True)
-    flat = np.where(inside, nvl, np.minimum(nvl, g * nic))
+    flat = ops.where(inside, nvl, ops.minimum(nvl, g * nic))
     frac = (N - 1.0) / N
     out = {}
     out["ring"] = twice * frac * M / flat + calls * twice * ((N - n) * a_nvl + (n - 1.0) * a_net)
@@ -109,13 +110,13 @@ def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0
         out["tree"] = frac * M / flat + calls * (_log2_steps(g) * a_nvl + _log2_steps(n) * a_net)
     out["hierarchical"] = twice * (
         (g - 1.0) / g * M / nvl + (n - 1.0) / n * (M / g) / nic
-    ) + calls * twice * (np.where(g > 1.0, a_nvl, 0.0) + (n - 1.0) * a_net)
+    ) + calls * twice * (ops.where(g > 1.0, a_nvl, 0.0) + (n - 1.0) * a_net)
     peers_out = N - g
-    direct_bw = np.maximum(peers_out / N * M / nic_a2a, (g - 1.0) / N * M / nvl)
-    direct_lat = np.where(inside, a_nvl, a_net + peers_out * DIRECT_PEER_POST_S)
+    direct_bw = ops.maximum(peers_out / N * M / nic_a2a, (g - 1.0) / N * M / nvl)
+    direct_lat = ops.where(inside, a_nvl, a_net + peers_out * DIRECT_PEER_POST_S)
     out["direct"] = twice * (direct_bw + calls * direct_lat)
     single = size <= 1.0
-    return {k: np.where(single, 0.0, v) for k, v in out.items()}
+    return {k: ops.where(single, 0.0, v) for k, v in out.items()}
 
 
 def legacy_time_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0):
@@ -133,12 +134,12 @@ def collective_s(op, algorithm, message_bytes, size, stride, fabric: Fabric, cal
     path costs what it always did.
     """
     legacy = legacy_time_s(op, message_bytes, size, stride, fabric, calls)
-    algorithm = np.asarray(algorithm)
-    if not np.any(algorithm != 0):
+    algorithm = ops.asarray(algorithm)
+    if not ops.any(algorithm != 0):
         return legacy
     times = algorithm_times_s(op, message_bytes, size, stride, fabric, calls)
-    best = np.minimum(np.minimum(times["ring"], times["tree"]), np.minimum(times["hierarchical"], times["direct"]))
-    return np.select(
+    best = ops.minimum(ops.minimum(times["ring"], times["tree"]), ops.minimum(times["hierarchical"], times["direct"]))
+    return ops.select(
         [algorithm == 1, algorithm == 2, algorithm == 3, algorithm == 4, algorithm == 5],
         [times["ring"], times["tree"], times["hierarchical"], times["direct"], best],
         default=legacy,

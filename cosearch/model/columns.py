@@ -58,18 +58,63 @@ INPUT_COLUMNS: dict[str, float | None] = {
 }
 
 
-def broadcast_columns(cols: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """Fill defaults, derive ``dp`` when absent, and broadcast every column to one float64 shape."""
+def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
     missing = [k for k, v in INPUT_COLUMNS.items() if v is None and k not in cols and k != "dp"]
     if missing:
         raise KeyError(f"missing model input columns: {', '.join(missing)}")
-    unknown = sorted(set(cols) - set(INPUT_COLUMNS))
+    unknown = sorted(cols.keys() - INPUT_COLUMNS.keys())
     if unknown:
         raise KeyError(f"unknown model input columns: {', '.join(unknown)}")
-    full = {k: cols.get(k, v) for k, v in INPUT_COLUMNS.items()}
+    return {k: cols.get(k, v) for k, v in INPUT_COLUMNS.items()}
+
+
+def broadcast_columns(cols: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """Fill defaults, derive ``dp`` when absent, and broadcast every column to one float64 shape."""
+    full = _full_columns(cols)
     if full["dp"] is None:
         full["dp"] = np.asarray(full["gpus"], dtype=float) / (
             np.asarray(full["tp"], dtype=float) * np.asarray(full["pp"], dtype=float) * np.asarray(full["cp"], dtype=float)
         )
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in full.values()))
     return {k: np.ascontiguousarray(a) for k, a in zip(full, arrays)}
+
+
+def scalar_columns(cols: Mapping[str, object]) -> dict[str, float]:
+    """One configuration as plain Python floats (defaults filled, ``dp`` derived when absent), the same
+    values as :func:`broadcast_columns` gives in 0-d arrays: the input of the scalar path
+    (:func:`cosearch.model.evaluate_scalar`). Every value must be a scalar (a number, a numpy scalar or
+    an array of one element)."""
+    out: dict[str, float] = {}
+    present = 0
+    get = cols.get
+    for k, default in _DEFAULT_ITEMS:
+        v = get(k, _ABSENT)
+        if v is _ABSENT:
+            v = default
+        else:
+            present += 1
+        if type(v) is not float:
+            if v is None:
+                if k == "dp":
+                    continue
+                if v is default:  # a required column is missing
+                    _full_columns(cols)
+                v = np.nan  # np.asarray(None, dtype=float)
+            elif type(v) in (int, bool):
+                v = float(v)
+            elif np.size(v) == 1:
+                v = float(np.asarray(v, dtype=float).reshape(-1)[0])
+            else:
+                raise ValueError(f"scalar_columns: column {k!r} holds {np.size(v)} values, not one")
+        out[k] = v
+    if present != len(cols):  # unknown columns: the error broadcast_columns raises
+        _full_columns(cols)
+    if "dp" not in out:
+        with np.errstate(divide="ignore", invalid="ignore"):  # the same quotient as broadcast_columns
+            out["dp"] = float(np.float64(out["gpus"]) / (np.float64(out["tp"]) * out["pp"] * out["cp"]))
+        out = {k: out[k] for k in INPUT_COLUMNS}  # the column order
+    return out
+
+
+_ABSENT = object()
+_DEFAULT_ITEMS = tuple(INPUT_COLUMNS.items())

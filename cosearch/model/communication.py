@@ -19,39 +19,39 @@ leaves each leaf once per parallel ring: the g rings of the group's members in t
 """
 from __future__ import annotations
 
-import numpy as np
+from . import _ops as ops
 
 
 def group_bandwidth_Bps(size, stride, nvlink_domain, nvlink_Bps, network_Bps):
     """Bus bandwidth per rank (bytes/s) of a ring over ``size`` ranks spaced ``stride`` apart."""
     span = size * stride
     inside = span <= nvlink_domain
-    members_per_node = np.clip(nvlink_domain / stride, 1.0, size)
-    across = np.minimum(nvlink_Bps, members_per_node * network_Bps)
-    return np.where(inside, nvlink_Bps, across)
+    members_per_node = ops.clip(nvlink_domain / stride, 1.0, size)
+    across = ops.minimum(nvlink_Bps, members_per_node * network_Bps)
+    return ops.where(inside, nvlink_Bps, across)
 
 
 def group_latency_s(size, stride, nvlink_domain, nvlink_latency_s, network_latency_s):
-    return np.where(size * stride <= nvlink_domain, nvlink_latency_s, network_latency_s)
+    return ops.where(size * stride <= nvlink_domain, nvlink_latency_s, network_latency_s)
 
 
 def collective_steps(size):
     """Latency steps of an all-reduce: min(ring 2(N-1), tree 2*ceil(log2 N)); 0 for one rank."""
-    n = np.maximum(size, 1.0)
-    return np.minimum(2.0 * (n - 1.0), 2.0 * np.ceil(np.log2(n)))
+    n = ops.maximum(size, 1.0)
+    return ops.minimum(2.0 * (n - 1.0), 2.0 * ops.ceil(ops.log2(n)))
 
 
 def all_reduce_s(message_bytes, size, bw_Bps, latency_s):
     """Ring all-reduce of ``message_bytes`` (the full buffer on each rank)."""
-    frac = 2.0 * (size - 1.0) / np.maximum(size, 1.0)
+    frac = 2.0 * (size - 1.0) / ops.maximum(size, 1.0)
     return frac * message_bytes / bw_Bps + collective_steps(size) * latency_s
 
 
 def all_gather_s(message_bytes, size, bw_Bps, latency_s):
     """All-gather (or reduce-scatter) whose full, gathered buffer is ``message_bytes``. NCCL runs these
     as rings only (its trees serve all-reduce), so the latency is N-1 steps (NCCL tuning.cc)."""
-    frac = (size - 1.0) / np.maximum(size, 1.0)
-    return frac * message_bytes / bw_Bps + np.maximum(size - 1.0, 0.0) * latency_s
+    frac = (size - 1.0) / ops.maximum(size, 1.0)
+    return frac * message_bytes / bw_Bps + ops.maximum(size - 1.0, 0.0) * latency_s
 
 
 reduce_scatter_s = all_gather_s
@@ -68,14 +68,14 @@ def spine_share(size, stride, nvlink_domain, leaf_gpus, oversubscription, all_to
     ``leaf_gpus`` NaN means one NVLink domain per leaf (every byte between domains crosses the spine).
     Returns exactly 1.0 for a full-bisection fabric (``oversubscription == 1``).
     """
-    leaf = np.where(np.isnan(leaf_gpus), nvlink_domain, leaf_gpus)
-    n_ranks = np.maximum(size, 1.0)
+    leaf = ops.where(ops.isnan(leaf_gpus), nvlink_domain, leaf_gpus)
+    n_ranks = ops.maximum(size, 1.0)
     crosses = n_ranks * stride > leaf
-    in_leaf = np.clip(leaf / stride, 1.0, n_ranks)          # the group's members under one leaf
+    in_leaf = ops.clip(leaf / stride, 1.0, n_ranks)          # the group's members under one leaf
     if all_to_all:
-        outside = np.maximum(1.0 - in_leaf / n_ranks, 1e-300)
-        share = np.minimum(1.0, 1.0 / (oversubscription * outside))
+        outside = ops.maximum(1.0 - in_leaf / n_ranks, 1e-300)
+        share = ops.minimum(1.0, 1.0 / (oversubscription * outside))
     else:
-        per_domain = np.clip(nvlink_domain / stride, 1.0, n_ranks)
-        share = np.minimum(1.0, in_leaf / (np.minimum(per_domain, in_leaf) * oversubscription))
-    return np.where(crosses, share, 1.0)
+        per_domain = ops.clip(nvlink_domain / stride, 1.0, n_ranks)
+        share = ops.minimum(1.0, in_leaf / (ops.minimum(per_domain, in_leaf) * oversubscription))
+    return ops.where(crosses, share, 1.0)

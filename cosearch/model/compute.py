@@ -6,7 +6,7 @@ cost plus the roofline of the larger of compute and memory traffic. On the measu
 """
 from __future__ import annotations
 
-import numpy as np
+from . import _ops as ops
 
 BYTES_16BIT = 2.0
 
@@ -15,7 +15,7 @@ def gemm_time_s(m, n, k, flops_per_s, hbm_bytes_per_s, overhead_s):
     """Time of C[m,n] = A[m,k] @ B[k,n] in 16-bit with fp32 accumulation."""
     flops = 2.0 * m * n * k
     traffic = BYTES_16BIT * (m * k + k * n + m * n)
-    return overhead_s + np.maximum(flops / flops_per_s, traffic / hbm_bytes_per_s)
+    return overhead_s + ops.maximum(flops / flops_per_s, traffic / hbm_bytes_per_s)
 
 
 def flash_attention_time_s(batch, seq_q, seq_kv, hidden_local, flops_per_s, causal=True):

@@ -19,13 +19,14 @@ from typing import Mapping
 
 import numpy as np
 
+from . import _ops as ops
 from . import collectives as coll
 from . import communication as comm
 from . import compute as kern
 from . import expansion as xp
 from . import flops as fl
 from . import memory as mem
-from .columns import broadcast_columns
+from .columns import broadcast_columns, scalar_columns
 from .feasibility import valid_mask
 from .pipeline import bubble_slots, num_microbatches
 from .profile import DEFAULT_PROFILE, Profile
@@ -57,6 +58,25 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
         return _evaluate(c, profile)
 
 
+def evaluate_scalar(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:
+    """:func:`evaluate` for ONE configuration, returning plain Python floats and bools.
+
+    The same model code runs on Python floats (:mod:`._ops` dispatches each operation), about 20x
+    faster than numpy on 0-d arrays. Python raises where numpy returns inf/NaN (a division by zero,
+    in practice only in rows that break a rule or have a zero rate); such a configuration is evaluated
+    again on 0-d arrays, so the values always equal the vectorized path's.
+    """
+    return evaluate_scalar_columns(scalar_columns(columns), profile)
+
+
+def evaluate_scalar_columns(c: dict[str, float], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:
+    """:func:`evaluate_scalar` on the complete float columns of :func:`scalar_columns` (no copy, no checks)."""
+    try:
+        return _evaluate(c, profile)
+    except (ArithmeticError, ValueError):
+        return {k: v.item() for k, v in evaluate(c, profile).items()}
+
+
 def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
@@ -65,20 +85,20 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     tp, pp, dp, cp = c["tp"], c["pp"], c["dp"], c["cp"]
     mb, v, rc, sp, zero = c["microbatch"], c["interleave"], c["recompute"], c["sequence_parallel"], c["zero"]
     gpus = c["gpus"]
-    zg = np.where(np.isnan(c["zero_group"]), dp, c["zero_group"])
+    zg = ops.where(ops.isnan(c["zero_group"]), dp, c["zero_group"])
     # ZeRO-1/2 (Megatron's distributed optimizer) shard over the data- and context-parallel ranks, which
     # all hold the same parameters; FSDP (ZeRO-3) shards over the zero group only.
-    opt_group = np.where((zero < 3) & np.isnan(c["zero_group"]), dp * cp, zg)
+    opt_group = ops.where((zero < 3) & ops.isnan(c["zero_group"]), dp * cp, zg)
 
     # --- rates -------------------------------------------------------------------------------
     peak = c["peak_tflops"] * 1e12
-    eff8 = np.where(np.isnan(c["matmul_efficiency_fp8"]), c["matmul_efficiency"] * p.fp8_matmul_relative,
+    eff8 = ops.where(ops.isnan(c["matmul_efficiency_fp8"]), c["matmul_efficiency"] * p.fp8_matmul_relative,
                     c["matmul_efficiency_fp8"])
-    gemm_eff = np.where(fp8 > 0, eff8, c["matmul_efficiency"]) * p.matmul_scale
+    gemm_eff = ops.where(fp8 > 0, eff8, c["matmul_efficiency"]) * p.matmul_scale
     gemm_Fps = peak * gemm_eff
-    peak16 = np.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
+    peak16 = ops.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
     gemm16_Fps = peak16 * c["matmul_efficiency"] * p.matmul_scale
-    attn_Fps = gemm16_Fps * p.flash_attention_relative * np.where(attn_kind == 2, p.triton_attention_relative, 1.0)
+    attn_Fps = gemm16_Fps * p.flash_attention_relative * ops.where(attn_kind == 2, p.triton_attention_relative, 1.0)
     hbm_Bps = c["hbm_tbps"] * 1e12 * p.hbm_efficiency
     nvl_Bps = c["nvlink_gbps"] * 1e9 * p.nvlink_efficiency
     net_Bps = c["network_gbps"] * (1e9 / 8.0) * p.network_efficiency
@@ -92,8 +112,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     s_loc = s / cp
     tok = mb * s_loc                                  # tokens per micro-batch per rank
     head_dim = h / a
-    kv_loc = head_dim * np.maximum(kvh / tp, 1.0)     # K (or V) width per TP rank; replicated past kvh
-    h_rep = np.where(sp > 0, h / tp, h)               # width of replicated (norm/dropout) tensors
+    kv_loc = head_dim * ops.maximum(kvh / tp, 1.0)     # K (or V) width per TP rank; replicated past kvh
+    h_rep = ops.where(sp > 0, h / tp, h)               # width of replicated (norm/dropout) tensors
 
     # --- one layer, one micro-batch: forward kernels ------------------------------------------
     g_qkv = kern.gemm_time_s(tok, h / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0)
@@ -103,8 +123,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     gemm_f = g_qkv + g_proj + g_fc1 + g_fc2
     attn_flash = kern.flash_attention_time_s(mb, s_loc, s, h / tp, attn_Fps)
     attn_std = kern.standard_attention_time_s(mb, s_loc, s, h / tp, a / tp, gemm16_Fps, hbm_Bps)
-    attn_f = np.where(std_attn > 0, attn_std, attn_flash)
-    attn_b = np.where(std_attn > 0, 2.0 * attn_std, 2.5 * attn_flash)
+    attn_f = ops.where(std_attn > 0, attn_std, attn_flash)
+    attn_b = ops.where(std_attn > 0, 2.0 * attn_std, 2.5 * attn_flash)
     elem_f = tok * (
         kern.elementwise_bytes_per_token(h_rep, f / tp, gated)
         + fp8 * kern.fp8_cast_bytes_per_token(h, h / tp, f / tp)
@@ -112,7 +132,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     layer_f = gemm_f + attn_f + elem_f
     layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f
     act_fn_f = tok * kern.BYTES_16BIT * (2.0 + gated) * f / tp / hbm_Bps
-    layer_r = np.where(rc >= 2, layer_f, np.where(rc >= 1, np.where(std_attn > 0, attn_f, act_fn_f), 0.0))
+    layer_r = ops.where(rc >= 2, layer_f, ops.where(rc >= 1, ops.where(std_attn > 0, attn_f, act_fn_f), 0.0))
 
     # logits on the last stage: forward GEMM, two backward GEMMs, and the fp32 cross-entropy passes
     logit_gemm = kern.gemm_time_s(tok, V / tp, h, gemm16_Fps, hbm_Bps, t0)
@@ -126,10 +146,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     act_bytes = tok * h * kern.BYTES_16BIT
     # Megatron: 2 all-reduces (or with SP 2 all-gathers + 2 reduce-scatters) per layer in forward,
     # 2 in backward, 2 more when the forward is recomputed.
-    tp_ar = np.where(tp > 1, coll.collective_s("all_reduce", c["tp_collective"], act_bytes, tp, 1.0, fabric), 0.0)
+    tp_ar = ops.where(tp > 1, coll.collective_s("all_reduce", c["tp_collective"], act_bytes, tp, 1.0, fabric), 0.0)
     # Transformer Engine's overlapped fp8 path all-gathers the fp8 copy of the norm output (1 byte), so of
     # the all-gather + reduce-scatter pair that replaces each all-reduce under SP, 3/4 of the bytes remain.
-    tp_ar = tp_ar * np.where((fp8 > 0) & (sp > 0) & (c["tp_comm_overlap"] > 0), 0.75, 1.0)
+    tp_ar = tp_ar * ops.where((fp8 > 0) & (sp > 0) & (c["tp_comm_overlap"] > 0), 0.75, 1.0)
     tp_exposed = 1.0 - p.tp_overlap * c["tp_comm_overlap"]
     tp_layer_f = 2.0 * tp_ar * tp_exposed
     tp_layer_b = tp_ar * (2.0 + 2.0 * (rc >= 2)) * tp_exposed
@@ -138,23 +158,23 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     cp_bw, cp_lat = fabric.bandwidth_Bps(cp, tp), fabric.latency_s(cp, tp)
     kv_block = 2.0 * mb * s_loc * kv_loc * kern.BYTES_16BIT
     cp_f = (cp - 1.0) * (kv_block / cp_bw + cp_lat)
-    cp_exp_f = np.maximum(cp_f - attn_f, 0.0)
-    cp_layer_f = np.where(cp > 1, cp_exp_f, 0.0)
-    cp_layer_b = np.where(cp > 1, cp_exp_f * (rc >= 2) + np.maximum(2.0 * cp_f - attn_b, 0.0), 0.0)
+    cp_exp_f = ops.maximum(cp_f - attn_f, 0.0)
+    cp_layer_f = ops.where(cp > 1, cp_exp_f, 0.0)
+    cp_layer_b = ops.where(cp > 1, cp_exp_f * (rc >= 2) + ops.maximum(2.0 * cp_f - attn_b, 0.0), 0.0)
     # Pipeline sends: forward activations and backward gradients at each of v stage boundaries. Each TP
     # rank sends its 1/tp slice (Megatron's scatter/gather optimization, Narayanan et al. SC'21 sec. 4.1;
     # under SP the tensor is already split).
     pp_bw, pp_lat = fabric.bandwidth_Bps(2.0, tp * cp * dp), fabric.latency_s(2.0, tp * cp * dp)
     p2p_bytes = act_bytes / tp
-    pp_mb = np.where(pp > 1, 2.0 * v * comm.p2p_s(p2p_bytes, pp_bw, pp_lat), 0.0)
+    pp_mb = ops.where(pp > 1, 2.0 * v * comm.p2p_s(p2p_bytes, pp_bw, pp_lat), 0.0)
 
     # --- parameters per GPU --------------------------------------------------------------------
     layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
     emb_loc = V * h / tp
-    params_first = n_first * layer_params_loc + emb_loc + np.where(pp > 1, 0.0, (1.0 - tied) * emb_loc)
+    params_first = n_first * layer_params_loc + emb_loc + ops.where(pp > 1, 0.0, (1.0 - tied) * emb_loc)
     params_last = n_last * layer_params_loc + emb_loc
     params_mid = n_stage * layer_params_loc  # a full rank between them
-    params_stage = np.maximum(np.maximum(params_first, params_last), np.where(pp > 2, params_mid, 0.0))
+    params_stage = ops.maximum(ops.maximum(params_first, params_last), ops.where(pp > 2, params_mid, 0.0))
 
     # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
     # gradients in backward, every micro-batch; prefetch hides them behind compute.
@@ -168,17 +188,17 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     cp_mb = n_stage * (cp_layer_f + cp_layer_b)
     work_f = c_f + n_stage * (tp_layer_f + cp_layer_f)          # forward of one micro-batch
     work_b = c_b + c_r + n_stage * (tp_layer_b + cp_layer_b)    # its backward (with recompute)
-    first_layer = gather / np.maximum(n_stage, 1.0)              # nothing to hide the first gather
-    fsdp_hidden_f = np.where(z3, np.minimum(gather, p.fsdp_overlap * work_f), 0.0)
-    fsdp_hidden_b = np.where(z3, np.minimum(2.0 * gather, p.fsdp_overlap * work_b), 0.0)
-    fsdp_mb = np.where(z3, first_layer + gather - fsdp_hidden_f + 2.0 * gather - fsdp_hidden_b, 0.0)
+    first_layer = gather / ops.maximum(n_stage, 1.0)              # nothing to hide the first gather
+    fsdp_hidden_f = ops.where(z3, ops.minimum(gather, p.fsdp_overlap * work_f), 0.0)
+    fsdp_hidden_b = ops.where(z3, ops.minimum(2.0 * gather, p.fsdp_overlap * work_b), 0.0)
+    fsdp_mb = ops.where(z3, first_layer + gather - fsdp_hidden_f + 2.0 * gather - fsdp_hidden_b, 0.0)
     # tier transfers hide in the compute window FSDP traffic leaves (one window, not one each: a
     # faster compute or collective can never make the step slower)
     window_f, window_b = work_f - fsdp_hidden_f, work_b - fsdp_hidden_b
 
     # memory expansion tier: per-micro-batch weight/gradient streaming and activation offload
     off = c["offload"]
-    any_offload = bool(np.any(off > 0))
+    any_offload = bool(ops.any(off > 0))
     act_layer, act_layer_none = mem.layer_activation_bytes(
         s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, attn_kind, c["dropout"], fp8
     )
@@ -187,9 +207,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         off_opt, off_w, off_act = xp.offloads(off, xp.OPTIMIZER), xp.offloads(off, xp.WEIGHTS), xp.offloads(off, xp.ACTIVATIONS)
         w_stage, g_stage, _ = mem.model_state_bytes(params_stage, zero, opt_group, fp8)
         act_mb = n_stage * act_layer
-        io_f = np.where(off_w, w_stage, 0.0) + np.where(off_act, act_mb, 0.0)
-        io_b = np.where(off_w, w_stage + 2.0 * g_stage, 0.0) + np.where(off_act, act_mb, 0.0)
-        first_fetch = xp.transfer_s(np.where(off_w, w_stage / np.maximum(n_stage, 1.0), 0.0), exp_Bps)
+        io_f = ops.where(off_w, w_stage, 0.0) + ops.where(off_act, act_mb, 0.0)
+        io_b = ops.where(off_w, w_stage + 2.0 * g_stage, 0.0) + ops.where(off_act, act_mb, 0.0)
+        first_fetch = xp.transfer_s(ops.where(off_w, w_stage / ops.maximum(n_stage, 1.0), 0.0), exp_Bps)
         offload_b = xp.exposed_s(xp.transfer_s(io_b, exp_Bps), window_b)
         offload_mb = first_fetch + xp.exposed_s(xp.transfer_s(io_f, exp_Bps), window_f) + offload_b
     else:
@@ -199,40 +219,40 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
 
     # --- data-parallel gradient reduction (once per step) ----------------------------------------
     grad_bytes = params_stage * mem.GRAD_BYTES
-    rep = np.where(z3, dp / zg, dp) * cp  # replicas that must agree on each gradient shard
+    rep = ops.where(z3, dp / zg, dp) * cp  # replicas that must agree on each gradient shard
     # Its rank extent over its size: dp*cp ranks at stride tp; under FSDP the cp ranks (stride tp) times
     # the dp/zg replicas (stride tp*cp*zg) span tp*cp*dp ranks, an effective stride of tp*zg.
-    rep_stride = np.where(z3 & (dp > zg), tp * zg, tp)
-    dp_bytes = np.where(z3, grad_bytes / zg, grad_bytes)
-    dp_total = np.where(rep > 1, coll.collective_s("all_reduce", c["dp_collective"], dp_bytes, rep, rep_stride, fabric), 0.0)
+    rep_stride = ops.where(z3 & (dp > zg), tp * zg, tp)
+    dp_bytes = ops.where(z3, grad_bytes / zg, grad_bytes)
+    dp_total = ops.where(rep > 1, coll.collective_s("all_reduce", c["dp_collective"], dp_bytes, rep, rep_stride, fabric), 0.0)
     # hidden behind the last micro-batch's backward (as long as its tier transfers make it), in the
     # time FSDP traffic leaves free
     # (the backward slot less the network time its FSDP traffic takes: the window FSDP leaves, plus the
     # exposed tier transfers)
-    free_b = np.maximum(window_b + offload_b, 0.0)
+    free_b = ops.maximum(window_b + offload_b, 0.0)
     hide_b = p.dp_overlap * c["overlap_grad_reduce"] * free_b
-    dp_exposed = np.maximum(dp_total - hide_b, 0.0)
+    dp_exposed = ops.maximum(dp_total - hide_b, 0.0)
 
-    owned = params_stage / np.where(zero >= 1, opt_group, 1.0)
+    owned = params_stage / ops.where(zero >= 1, opt_group, 1.0)
     optimizer = owned * OPTIMIZER_TRAFFIC_BYTES / hbm_Bps
     if any_offload:
         # ZeRO-Offload: gradient shards go down while the reduction runs (other link, same window),
         # the tier runs Adam, updated 16-bit weights come back (not when weights live in the tier).
-        down_only = off_opt & ~off_w
-        grad_down = xp.transfer_s(np.where(down_only, owned * mem.GRAD_BYTES, 0.0), exp_Bps)
-        chain_exposed = np.maximum(np.maximum(dp_total, grad_down) - hide_b, 0.0)
-        upload = xp.transfer_s(np.where(down_only, owned * (mem.WEIGHT_BYTES + fp8), 0.0), exp_Bps)
+        down_only = off_opt & ops.logical_not(off_w)
+        grad_down = xp.transfer_s(ops.where(down_only, owned * mem.GRAD_BYTES, 0.0), exp_Bps)
+        chain_exposed = ops.maximum(ops.maximum(dp_total, grad_down) - hide_b, 0.0)
+        upload = xp.transfer_s(ops.where(down_only, owned * (mem.WEIGHT_BYTES + fp8), 0.0), exp_Bps)
         offload_end = chain_exposed - dp_exposed + upload
-        optimizer = np.where(off_opt, xp.transfer_s(owned * OPTIMIZER_TRAFFIC_BYTES, exp_Bps), optimizer)
+        optimizer = ops.where(off_opt, xp.transfer_s(owned * OPTIMIZER_TRAFFIC_BYTES, exp_Bps), optimizer)
     else:
         offload_end = 0.0
 
     step = (m + bubble_slots(pp, v)) * slot + dp_exposed + optimizer + offload_end
 
     # --- memory -----------------------------------------------------------------------------------
-    working = np.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
+    working = ops.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
     logits_buf = tok * (V / tp) * LOGIT_BYTES
-    z3_buffers = np.where(z3, 2.0 * layer_params_loc * kern.BYTES_16BIT, 0.0)
+    z3_buffers = ops.where(z3, 2.0 * layer_params_loc * kern.BYTES_16BIT, 0.0)
     # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
     # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits
     stored_first = mem.inflight_layers(n_first, pp, v, m) * act_layer
@@ -240,32 +260,32 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     stored_mid = mem.inflight_layers(n_stage, pp, v, m, rank=1) * act_layer
     wm, gm, om = mem.model_state_bytes(params_mid, zero, opt_group, fp8)
     use_mid = (pp > 2) & (n_first < n_stage) & (wm + gm + om + stored_mid > w1 + g1 + o1 + stored_first)
-    w1, g1, o1 = np.where(use_mid, wm, w1), np.where(use_mid, gm, g1), np.where(use_mid, om, o1)
-    stored_first = np.where(use_mid, stored_mid, stored_first)
+    w1, g1, o1 = ops.where(use_mid, wm, w1), ops.where(use_mid, gm, g1), ops.where(use_mid, om, o1)
+    stored_first = ops.where(use_mid, stored_mid, stored_first)
     stored_last = n_last * act_layer
     w2, g2, o2 = mem.model_state_bytes(params_last, zero, opt_group, fp8)
     if any_offload:
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers
-        tier_first = np.where(off_opt, o1, 0.0) + np.where(off_w, w1 + g1, 0.0) + np.where(off_act, stored_first, 0.0)
-        tier_last = np.where(off_opt, o2, 0.0) + np.where(off_w, w2 + g2, 0.0) + np.where(off_act, stored_last, 0.0)
-        expansion_used = np.maximum(tier_first, tier_last)
-        shard3 = np.where(zero >= 3, np.maximum(zg, 1.0), 1.0)
-        stream_buf = (xp.BUFFER_LAYERS * np.maximum(layer_params_loc, emb_loc) / shard3
+        tier_first = ops.where(off_opt, o1, 0.0) + ops.where(off_w, w1 + g1, 0.0) + ops.where(off_act, stored_first, 0.0)
+        tier_last = ops.where(off_opt, o2, 0.0) + ops.where(off_w, w2 + g2, 0.0) + ops.where(off_act, stored_last, 0.0)
+        expansion_used = ops.maximum(tier_first, tier_last)
+        shard3 = ops.where(zero >= 3, ops.maximum(zg, 1.0), 1.0)
+        stream_buf = (xp.BUFFER_LAYERS * ops.maximum(layer_params_loc, emb_loc) / shard3
                       * (mem.WEIGHT_BYTES + fp8 + mem.GRAD_BYTES))
-        o1, o2 = np.where(off_opt, 0.0, o1), np.where(off_opt, 0.0, o2)
-        w1, w2 = np.where(off_w, stream_buf, w1), np.where(off_w, stream_buf, w2)
-        g1, g2 = np.where(off_w, 0.0, g1), np.where(off_w, 0.0, g2)
+        o1, o2 = ops.where(off_opt, 0.0, o1), ops.where(off_opt, 0.0, o2)
+        w1, w2 = ops.where(off_w, stream_buf, w1), ops.where(off_w, stream_buf, w2)
+        g1, g2 = ops.where(off_w, 0.0, g1), ops.where(off_w, 0.0, g2)
         act_buf = xp.BUFFER_LAYERS * act_layer
-        stored_first = np.where(off_act, np.minimum(stored_first, act_buf), stored_first)
-        stored_last = np.where(off_act, np.minimum(stored_last, act_buf), stored_last)
+        stored_first = ops.where(off_act, ops.minimum(stored_first, act_buf), stored_first)
+        stored_last = ops.where(off_act, ops.minimum(stored_last, act_buf), stored_last)
     else:
-        expansion_used = np.zeros_like(B)
-    act_first = stored_first + working + np.where(pp > 1, 0.0, logits_buf)
+        expansion_used = ops.zeros_like(B)
+    act_first = stored_first + working + ops.where(pp > 1, 0.0, logits_buf)
     act_last = stored_last + working + logits_buf
     tot_first = w1 + g1 + o1 + act_first + z3_buffers
     tot_last = w2 + g2 + o2 + act_last + z3_buffers
     first_max = tot_first >= tot_last
-    memory_bytes = np.where(first_max, tot_first, tot_last)
+    memory_bytes = ops.where(first_max, tot_first, tot_last)
     usable = mem.usable_hbm_bytes(c["hbm_gib"], p.hbm_reserved_gib, p.hbm_fragmentation)
     expansion_ok = xp.tier_fits(expansion_used, c["expansion_gib"], c["expansion_pooled"], c["gpus_per_node"])
     fits = (memory_bytes <= usable) & expansion_ok
@@ -276,8 +296,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     # hardware FLOPs add what is recomputed: the whole forward of each layer (full), or the attention
     # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
     attn_core = L * fl.attention_flops_per_token(h, s) * tokens_step
-    recompute_fwd_flops = np.where(rc >= 2, model_flops / 3.0 - 2.0 * h * V * tokens_step,
-                                   np.where((rc >= 1) & std_attn, attn_core, 0.0))
+    recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - 2.0 * h * V * tokens_step,
+                                   ops.where((rc >= 1) & std_attn, attn_core, 0.0))
     tokens_per_s = tokens_step / step
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12
@@ -322,11 +342,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "time_dp_comm_s": m * fsdp_mb + dp_exposed,
         "time_bubble_s": bubble,
         "time_optimizer_s": optimizer,
-        "time_offload_s": m * offload_mb + offload_end + np.zeros_like(step),
-        "mem_weights_gib": np.where(first_max, w1, w2) / mem.GIB,
-        "mem_gradients_gib": np.where(first_max, g1, g2) / mem.GIB,
-        "mem_optimizer_gib": np.where(first_max, o1, o2) / mem.GIB,
-        "mem_activations_gib": (np.where(first_max, act_first, act_last) + z3_buffers) / mem.GIB,
+        "time_offload_s": m * offload_mb + offload_end + ops.zeros_like(step),
+        "mem_weights_gib": ops.where(first_max, w1, w2) / mem.GIB,
+        "mem_gradients_gib": ops.where(first_max, g1, g2) / mem.GIB,
+        "mem_optimizer_gib": ops.where(first_max, o1, o2) / mem.GIB,
+        "mem_activations_gib": (ops.where(first_max, act_first, act_last) + z3_buffers) / mem.GIB,
         "dp_comm_total_s": dp_total,
         "expansion_used_gib": expansion_used / mem.GIB,
         "expansion_fits": expansion_ok,

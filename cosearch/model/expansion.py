@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _ops as ops
 from .memory import GIB
 
 #: Scenario words of ``plan.offload`` and their bit sets.
@@ -45,25 +46,25 @@ BUFFER_LAYERS = 2.0
 
 def offloads(code, bit) -> np.ndarray:
     """True where the offload bit set ``code`` contains ``bit``."""
-    return np.floor(np.asarray(code) / bit) % 2 >= 1
+    return ops.floor(ops.asarray(code) / bit) % 2 >= 1
 
 
 def expansion_Bps(expansion_gbps):
     """Tier bandwidth per GPU in bytes/s (GB/s in the scenario; reads and writes together)."""
-    return np.asarray(expansion_gbps) * 1e9
+    return ops.asarray(expansion_gbps) * 1e9
 
 
 def transfer_s(nbytes, bandwidth_Bps):
     """Seconds to move ``nbytes`` over the tier link; 0 where nothing moves (even at 0 bandwidth)."""
-    return np.where(nbytes > 0, nbytes / np.where(bandwidth_Bps > 0, bandwidth_Bps, np.nan), 0.0)
+    return ops.where(nbytes > 0, nbytes / ops.where(bandwidth_Bps > 0, bandwidth_Bps, np.nan), 0.0)
 
 
 def exposed_s(transfer, window_s):
     """The part of a transfer that compute of ``window_s`` seconds cannot hide."""
-    return np.maximum(transfer - window_s, 0.0)
+    return ops.maximum(transfer - window_s, 0.0)
 
 
 def tier_fits(used_bytes_per_gpu, expansion_gib, pooled, gpus_per_node):
     """True where the tier holds what is offloaded (per GPU, or per node when pooled)."""
-    demand = used_bytes_per_gpu * np.where(pooled > 0, gpus_per_node, 1.0)
+    demand = used_bytes_per_gpu * ops.where(pooled > 0, gpus_per_node, 1.0)
     return demand <= expansion_gib * GIB

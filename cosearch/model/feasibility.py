@@ -10,22 +10,23 @@ from typing import Callable, Mapping, NamedTuple
 import numpy as np
 
 from ..errors import CosearchError
+from . import _ops as ops
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
 
-_OFFLOAD_SETS = np.array(sorted(set(OFFLOAD_CODES.values())), dtype=float)
-_COLLECTIVES = np.array(sorted(set(COLLECTIVE_CODES.values())), dtype=float)
+_OFFLOAD_SETS = tuple(float(v) for v in sorted(set(OFFLOAD_CODES.values())))
+_COLLECTIVES = tuple(float(v) for v in sorted(set(COLLECTIVE_CODES.values())))
 
 
 def _divides(a, b):
     """True where integer ``a`` divides integer ``b`` (both > 0). For integer-valued floats below
     2**53 the quotient is exact when ``a`` divides ``b``, so floor(q) == q tests it (faster than fmod)."""
     q = b / a
-    return (a > 0) & (q == np.floor(q))
+    return (a > 0) & (q == ops.floor(q))
 
 
 def _is_int(x):
-    return x == np.floor(x)
+    return x == ops.floor(x)
 
 
 class Rule(NamedTuple):
@@ -63,25 +64,33 @@ RULES: tuple[Rule, ...] = (
     Rule("plan.microbatch", lambda c: _divides(c["dp"] * c["microbatch"], c["global_batch"]),
          "training.global_batch ({global_batch:.0f}) must be divisible by dp*microbatch ({dp:g}*{microbatch:.0f})"),
     Rule("plan.interleave", lambda c: (c["interleave"] == 1) | ((c["pp"] > 1) & _divides(
-        c["pp"], c["global_batch"] / np.maximum(c["dp"] * c["microbatch"], 1.0))),
+        c["pp"], c["global_batch"] / ops.maximum(c["dp"] * c["microbatch"], 1.0))),
          "interleave > 1 needs pp > 1 and a micro-batch count divisible by pp"),
-    Rule("plan.zero", lambda c: np.isin(c["zero"], (0.0, 1.0, 2.0, 3.0)), "zero must be 0, 1, 2 or 3"),
-    Rule("plan.zero_group", lambda c: np.isnan(c["zero_group"]) | _divides(c["zero_group"], c["dp"]),
+    Rule("plan.zero", lambda c: ops.isin(c["zero"], (0.0, 1.0, 2.0, 3.0)), "zero must be 0, 1, 2 or 3"),
+    Rule("plan.zero_group", lambda c: ops.isnan(c["zero_group"]) | _divides(c["zero_group"], c["dp"]),
          "zero_group ({zero_group:g}) must divide dp ({dp:g})"),
-    Rule("training.precision", lambda c: np.isfinite(c["peak_tflops"]) & (c["peak_tflops"] > 0),
+    Rule("training.precision", lambda c: ops.isfinite(c["peak_tflops"]) & (c["peak_tflops"] > 0),
          "the GPU has no peak rate for this precision"),
-    Rule("plan.offload", lambda c: np.isin(c["offload"], _OFFLOAD_SETS), "offload must be one of " + ", ".join(OFFLOAD_CODES)),
+    Rule("plan.offload", lambda c: ops.isin(c["offload"], _OFFLOAD_SETS), "offload must be one of " + ", ".join(OFFLOAD_CODES)),
     Rule("cluster.expansion_gbps", lambda c: (c["offload"] == 0) | (c["expansion_gbps"] > 0),
          "plan.offload needs a memory expansion tier: set cluster.expansion_gbps > 0 (and expansion_gib)"),
-    Rule("plan.tp_collective", lambda c: np.isin(c["tp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
-    Rule("plan.dp_collective", lambda c: np.isin(c["dp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
+    Rule("plan.tp_collective", lambda c: ops.isin(c["tp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
+    Rule("plan.dp_collective", lambda c: ops.isin(c["dp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
     Rule("cluster.oversubscription", lambda c: c["oversubscription"] >= 1.0,
          "oversubscription must be >= 1 (1 = full bisection), got {oversubscription:g}"),
 )
 
 
 def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    """True where a configuration satisfies every rule."""
+    """True where a configuration satisfies every rule (a plain bool for plain-float columns)."""
+    if ops.is_scalar(cols["gpus"]):
+        try:
+            for rule in RULES:
+                if not rule.ok(cols):
+                    return False
+            return True
+        except (ArithmeticError, ValueError):  # Python floats divided by zero: decide on 0-d arrays
+            return bool(valid_mask({k: np.asarray(v, dtype=float) for k, v in cols.items()}))
     with np.errstate(invalid="ignore", divide="ignore"):
         ok = np.ones(np.shape(cols["gpus"]), dtype=bool)
         for rule in RULES:
@@ -90,9 +99,20 @@ def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
 
 
 def check_scalar(cols: Mapping[str, np.ndarray]) -> None:
-    """Raise :class:`CosearchError` for the first rule a single configuration violates."""
+    """Raise :class:`CosearchError` for the first rule a single configuration violates.
+
+    ``cols``: plain floats (:func:`cosearch.model.columns.scalar_columns`) or arrays of one element."""
+    if ops.is_scalar(cols["gpus"]):
+        try:
+            failed = next((rule for rule in RULES if not rule.ok(cols)), None)
+        except (ArithmeticError, ValueError):  # Python floats divided by zero: decide on 0-d arrays
+            return check_scalar({k: np.asarray(v, dtype=float) for k, v in cols.items()})
+        if failed is not None:
+            values = {k: float(v) for k, v in cols.items()}
+            raise CosearchError(failed.field, failed.message.format(**values))
+        return
     with np.errstate(invalid="ignore", divide="ignore"):
         for rule in RULES:
-            if not bool(np.all(rule.ok(cols))):
+            if not bool(ops.all(rule.ok(cols))):
                 values = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in cols.items()}
                 raise CosearchError(rule.field, rule.message.format(**values))

@@ -24,7 +24,7 @@ activation-function output, 2*s*b*f. Full recomputation keeps only each layer's 
 """
 from __future__ import annotations
 
-import numpy as np
+from . import _ops as ops
 
 GIB = float(2**30)
 WEIGHT_BYTES = 2.0
@@ -37,10 +37,10 @@ def model_state_bytes(params_local, zero, shard_group, fp8):
 
     FP8 training (Transformer Engine) keeps an extra 1-byte copy of the weights.
     """
-    shard = np.maximum(shard_group, 1.0)
-    weights = params_local * (WEIGHT_BYTES + fp8) / np.where(zero >= 3, shard, 1.0)
-    grads = params_local * GRAD_BYTES / np.where(zero >= 2, shard, 1.0)
-    optimizer = params_local * OPTIMIZER_BYTES / np.where(zero >= 1, shard, 1.0)
+    shard = ops.maximum(shard_group, 1.0)
+    weights = params_local * (WEIGHT_BYTES + fp8) / ops.where(zero >= 3, shard, 1.0)
+    grads = params_local * GRAD_BYTES / ops.where(zero >= 2, shard, 1.0)
+    optimizer = params_local * OPTIMIZER_BYTES / ops.where(zero >= 1, shard, 1.0)
     return weights, grads, optimizer
 
 
@@ -53,7 +53,7 @@ def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, 
     """
     sbh = seq_local * micro * hidden
     sbf = seq_local * micro * ffn
-    rep_div = np.where(sp > 0, tp, 1.0)
+    rep_div = ops.where(sp > 0, tp, 1.0)
     norm_out = 2.0 - fp8                                  # bytes per value of the saved QKV / MLP inputs
     replicated = (4.0 + 2.0 * norm_out + 2.0 * (dropout > 0)) * sbh / rep_div
     mlp = (2.0 + 2.0 * gated) * sbf / tp + (2.0 - fp8) * sbf / tp
@@ -61,10 +61,10 @@ def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, 
     standard = attention == 1
     scores = standard * (2.0 + 3.0 * (dropout > 0)) * heads * seq_local * seq_full * micro / tp
     none = replicated + split + scores
-    selective_saving = np.where(standard, scores, (2.0 - fp8) * sbf / tp)
+    selective_saving = ops.where(standard, scores, (2.0 - fp8) * sbf / tp)
     selective = none - selective_saving
     full = 2.0 * sbh / rep_div
-    return np.where(recompute >= 2, full, np.where(recompute >= 1, selective, none)), none
+    return ops.where(recompute >= 2, full, ops.where(recompute >= 1, selective, none)), none
 
 
 def stage_layers(layers, pp, interleave):
@@ -74,8 +74,8 @@ def stage_layers(layers, pp, interleave):
     that also hold the embedding (first) and the loss (last) get one layer fewer -- Megatron-LM's
     ``account_for_embedding/loss_in_pipeline_split`` and Llama 3's 405B layout (126 layers on 16
     stages: 7 on the first and last, 8 on the others; Dubey et al. 2024, sec. 3.3.2)."""
-    fullest = np.ceil(layers / (pp * interleave)) * interleave
-    deficit = np.where(pp > 1, pp * fullest - layers, 0.0)
+    fullest = ops.ceil(layers / (pp * interleave)) * interleave
+    deficit = ops.where(pp > 1, pp * fullest - layers, 0.0)
     return fullest, fullest - (deficit >= 1), fullest - (deficit >= 2)
 
 
@@ -86,11 +86,11 @@ def inflight_layers(stage_layers, pp, interleave, num_microbatches, rank=0):
     about ``layers`` in all (Narayanan et al. 2021); the interleaved schedule adds (pp-1)/(pp*v) of
     that (Korthikanti et al. 2022, sec. 4.2).
     """
-    inflight = np.minimum(num_microbatches, np.maximum(pp - rank, 1.0))
-    extra = np.where(interleave > 1, 1.0 + (pp - 1.0) / (pp * interleave), 1.0)
+    inflight = ops.minimum(num_microbatches, ops.maximum(pp - rank, 1.0))
+    extra = ops.where(interleave > 1, 1.0 + (pp - 1.0) / (pp * interleave), 1.0)
     return stage_layers * inflight * extra
 
 
 def usable_hbm_bytes(hbm_gib, reserved_gib, fragmentation):
     """HBM left for the model after the CUDA context, NCCL buffers and allocator fragmentation."""
-    return np.maximum(hbm_gib - reserved_gib, 0.0) * (1.0 - fragmentation) * GIB
+    return ops.maximum(hbm_gib - reserved_gib, 0.0) * (1.0 - fragmentation) * GIB

@@ -13,20 +13,20 @@ batch x sequence length. A NaN critical batch means B_noise -> infinity (perfect
 """
 from __future__ import annotations
 
-import numpy as np
+from . import _ops as ops
 
 
 def steps_to_target(target_tokens, critical_batch_tokens, batch_tokens):
     """S = S_min (1 + B_noise/B) = E_min/B_noise + E_min/B."""
-    noise = np.where(np.isnan(critical_batch_tokens), 0.0, target_tokens / critical_batch_tokens)
+    noise = ops.where(ops.isnan(critical_batch_tokens), 0.0, target_tokens / critical_batch_tokens)
     return noise + target_tokens / batch_tokens
 
 
 def tokens_to_target(target_tokens, critical_batch_tokens, batch_tokens):
     """E = E_min (1 + B/B_noise)."""
-    return target_tokens * (1.0 + np.where(np.isnan(critical_batch_tokens), 0.0, batch_tokens / critical_batch_tokens))
+    return target_tokens * (1.0 + ops.where(ops.isnan(critical_batch_tokens), 0.0, batch_tokens / critical_batch_tokens))
 
 
 def statistical_efficiency(critical_batch_tokens, batch_tokens):
     """E_min / E = 1 / (1 + B/B_noise): the share of tokens that a tiny batch would also have needed."""
-    return 1.0 / (1.0 + np.where(np.isnan(critical_batch_tokens), 0.0, batch_tokens / critical_batch_tokens))
+    return 1.0 / (1.0 + ops.where(ops.isnan(critical_batch_tokens), 0.0, batch_tokens / critical_batch_tokens))
