@@ -28,8 +28,9 @@ from cosearch.model.profile import KERNEL_PROFILE  # noqa: E402
 CSV = HERE / "data" / "validation" / "published_runs_public.csv"
 PARAM_SETS = {
     "matmul only": ("matmul_scale",),
-    "matmul + attention + FSDP overlap (shipped default's set)": ("matmul_scale", "flash_attention_relative", "fsdp_overlap"),
-    "... + network efficiency": ("matmul_scale", "flash_attention_relative", "fsdp_overlap", "network_efficiency"),
+    "matmul + FSDP overlap (shipped default's set)": ("matmul_scale", "fsdp_overlap"),
+    "... + attention efficiency": ("matmul_scale", "fsdp_overlap", "flash_attention_relative"),
+    "... + network efficiency": ("matmul_scale", "fsdp_overlap", "network_efficiency"),
 }
 
 
