@@ -108,3 +108,10 @@ def test_published_accuracy_of_the_shipped_profile(published):
     # the Llama 3.1 recipe runs in bf16 (DGX Cloud, 8-2,304 H100): within 5 % each
     s7 = published[(published["source_id"] == "S7") & (published["precision"] == "bf16")]
     assert (s7["error"].abs() <= 0.05).all()
+
+
+def test_fp8_mfu_is_against_the_fp8_peak():
+    # NVIDIA's recipes report fp8 MFU against the 1,979 TFLOP/s fp8 peak of an H100 (S7 rows: 36-45 %)
+    r = cosearch.estimate({**_scenario(tp_comm_overlap=True), "training": {"global_batch": 64, "precision": "fp8"}})
+    assert r["mfu"] == pytest.approx(r["model_tflops_per_gpu"] / 1978.9, rel=1e-9)
+    assert 0.25 < r["mfu"] < 0.6

@@ -318,7 +318,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "tokens_per_s": tokens_per_s,
         "model_tflops_per_gpu": model_tflops_per_gpu,
         "hardware_tflops_per_gpu": hw_tflops_per_gpu,
-        "mfu": model_tflops_per_gpu * 1e12 / peak16,
+        # against the dense peak of the plan's precision (fp8 peak for fp8 plans, as NVIDIA's recipes
+        # report it), so it never exceeds 1
+        "mfu": model_tflops_per_gpu * 1e12 / peak,
         "memory_gib": memory_bytes / mem.GIB,
         "usable_memory_gib": usable / mem.GIB,
         "cost_usd_per_step": cost_step,
