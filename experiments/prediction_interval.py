@@ -5,10 +5,14 @@ profile fitted WITHOUT the row's source (leave-one-source-out, the same paramete
 experiments/calibrate_default.py), r = log(measured / predicted). A new user's cluster is a new
 source, so these are the errors an estimate should expect.
 
-Band: the split-conformal 80 % central band of r: lower bound the k_lo-th smallest residual with
-k_lo = floor((n+1) * 0.10), upper bound the k_hi-th with k_hi = ceil((n+1) * 0.90) (the finite-sample
-correction: quantile levels ceil((n+1)q)/n, mirrored for the lower end). An estimate t becomes
-[t * exp(log_low), t * exp(log_high)].
+Band: the split-conformal central band of r at level LEVEL: lower bound the k_lo-th smallest residual
+with k_lo = floor((n+1) * (1-LEVEL)/2), upper bound the k_hi-th with k_hi = ceil((n+1) * (1+LEVEL)/2)
+(the finite-sample correction). An estimate t becomes [t * exp(log_low), t * exp(log_high)].
+LEVEL is 0.85 for an 80 % promise: pooled residuals treat rows as exchangeable, but a new source (a
+new user's stack) brings its own bias, so a pooled 80 % band held only 69 % of the rows of a source
+left out of it (nested check below). 0.85 is the smallest level in steps of 0.05 whose nested
+coverage reaches the 75-85 % range; that choice was made on the same nested check it is reported
+with, and says so in the yaml.
 
 Checks (printed, and in results/prediction_interval.json):
 * coverage of the band on the same residuals, overall, per source and per regime (fp8 vs 16-bit,
@@ -41,7 +45,8 @@ from calibrate_default import PARAMS, START  # noqa: E402
 from cosearch.calibration import _subset, cross_validate  # noqa: E402
 from cosearch.validation import Candidates, build_candidates, load_published_runs  # noqa: E402
 
-COVERAGE = 0.8
+COVERAGE = 0.8   # what the band promises on a new source
+LEVEL = 0.85     # the conformal level that keeps that promise under between-source shift (docstring)
 OUT_YAML = HERE.parent / "cosearch" / "data" / "prediction_interval.yaml"
 OUT_JSON = HERE / "results" / "prediction_interval.json"
 LONG_CONTEXT = 16384
@@ -59,7 +64,7 @@ def loso_residuals(c: Candidates) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------- conformal
-def conformal_bounds(r: np.ndarray, coverage: float = COVERAGE) -> tuple[float, float]:
+def conformal_bounds(r: np.ndarray, coverage: float = LEVEL) -> tuple[float, float]:
     """Split-conformal central band of the residuals ``r``: order statistics k_lo = floor((n+1)a)
     and k_hi = ceil((n+1)(1-a)) with a = (1-coverage)/2 (-inf/+inf when out of range)."""
     r = np.sort(np.asarray(r, dtype=float)[np.isfinite(r)])
@@ -79,7 +84,7 @@ def covered(r: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return (r >= lo) & (r <= hi)
 
 
-def nested_covered(c: Candidates, r: np.ndarray, coverage: float = COVERAGE) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
+def nested_covered(c: Candidates, r: np.ndarray, coverage: float = LEVEL) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
     """Per row: whether its residual lies in the band made from the OTHER sources only (their
     leave-one-source-out residuals, every fit also without the row's source). Also each held-out
     source's band."""
@@ -122,7 +127,7 @@ def coverage_table(reg: pd.DataFrame, r: np.ndarray, inband: np.ndarray, nested:
     return pd.DataFrame(recs)
 
 
-def analyze(coverage: float = COVERAGE) -> dict:
+def analyze(coverage: float = LEVEL) -> dict:
     """Residuals, the band and every coverage number (what main() writes)."""
     c = load_candidates()
     r = loso_residuals(c)
@@ -150,10 +155,12 @@ def main() -> None:
         "factor_high": round(math.exp(hi), 4),
         "rows": n,
         "sources": sources,
-        "method": (f"split-conformal {COVERAGE:.0%} central band of leave-one-source-out residuals "
+        "level": LEVEL,
+        "method": (f"split-conformal {LEVEL:.0%} central band of leave-one-source-out residuals "
                    "log(measured/predicted) on published_runs_public.csv + published_runs_modern.csv "
-                   f"(profile params {', '.join(PARAMS)} refitted per fold); order statistics floor((n+1)*0.1) "
-                   "and ceil((n+1)*0.9)"),
+                   f"(profile params {', '.join(PARAMS)} refitted per fold), for a {COVERAGE:.0%} promise on a new "
+                   "source: the level was chosen as the smallest (in 0.05 steps) whose nested leave-one-source-out "
+                   "coverage reaches 75-85 %"),
         "checks": {
             "loso_coverage": round(float(res["in_band"].mean()), 4),
             "nested_loso_coverage": round(float(res["nested"].mean()), 4),
@@ -170,7 +177,7 @@ def main() -> None:
               "table": table.round(4).to_dict("records")}
     OUT_JSON.write_text(json.dumps(report, indent=2))
 
-    print(f"{n} rows from {len(sources)} sources; {COVERAGE:.0%} band of log(measured/predicted): "
+    print(f"{n} rows from {len(sources)} sources; {COVERAGE:.0%} band (conformal level {LEVEL:.0%}) of log(measured/predicted): "
           f"[{lo:+.4f}, {hi:+.4f}] -> step time x [{math.exp(lo):.3f}, {math.exp(hi):.3f}]")
     print(f"coverage on the LOSO residuals: {res['in_band'].mean():.1%}   nested LOSO (band from the other sources): "
           f"{res['nested'].mean():.1%} of rows, {res['nested_source_mean']:.1%} averaged over sources")

@@ -11,10 +11,11 @@ from . import _ops as ops
 BYTES_16BIT = 2.0
 
 
-def gemm_time_s(m, n, k, flops_per_s, hbm_bytes_per_s, overhead_s):
-    """Time of C[m,n] = A[m,k] @ B[k,n] in 16-bit with fp32 accumulation."""
+def gemm_time_s(m, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes=BYTES_16BIT):
+    """Time of C[m,n] = A[m,k] @ B[k,n] with fp32 accumulation and a 16-bit result; the inputs are
+    ``input_bytes`` wide (2, or 1 for fp8 GEMMs)."""
     flops = 2.0 * m * n * k
-    traffic = BYTES_16BIT * (m * k + k * n + m * n)
+    traffic = input_bytes * (m * k + k * n) + BYTES_16BIT * m * n
     return overhead_s + ops.maximum(flops / flops_per_s, traffic / hbm_bytes_per_s)
 
 
@@ -47,6 +48,14 @@ def elementwise_bytes_per_token(hidden_replicated, ffn_local, gated_mlp):
 
 
 def fp8_cast_bytes_per_token(hidden, hidden_local, ffn_local):
-    """HBM traffic of casting the inputs of a layer's four GEMMs to fp8 (read 2 B, write 1 B each),
-    as Transformer Engine does in forward (the backward casts are counted by the 2x backward)."""
-    return 3.0 * (2.0 * hidden + hidden_local + ffn_local)
+    """Forward HBM traffic of casting the inputs of a layer's four GEMMs to fp8: Transformer Engine's
+    fused cast-transpose reads the 16-bit input (2 B) and writes the fp8 copy and its transpose for
+    the weight gradient (1 + 1 B). Inputs per token: QKV and fc1 h, projection h/tp, fc2 f/tp."""
+    return 4.0 * (2.0 * hidden + hidden_local + ffn_local)
+
+
+def fp8_grad_cast_bytes_per_token(hidden, qkv_local, fc1_out_local):
+    """Backward HBM traffic of casting the output gradients of the four GEMMs to fp8 (E5M2) with
+    their transposes (read 2 B, write 1 + 1 B), per token: QKV (h/tp + 2 kv), projection h, fc1
+    f(1 + gated)/tp, fc2 h."""
+    return 4.0 * (2.0 * hidden + qkv_local + fc1_out_local)

@@ -116,21 +116,22 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     h_rep = ops.where(sp > 0, h / tp, h)               # width of replicated (norm/dropout) tensors
 
     # --- one layer, one micro-batch: forward kernels ------------------------------------------
-    g_qkv = kern.gemm_time_s(tok, h / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0)
-    g_proj = kern.gemm_time_s(tok, h, h / tp, gemm_Fps, hbm_Bps, t0)
-    g_fc1 = kern.gemm_time_s(tok, f * (1.0 + gated) / tp, h, gemm_Fps, hbm_Bps, t0)
-    g_fc2 = kern.gemm_time_s(tok, h, f / tp, gemm_Fps, hbm_Bps, t0)
+    in_B = kern.BYTES_16BIT - fp8                      # GEMM input bytes: fp8 operands are 1 B
+    g_qkv = kern.gemm_time_s(tok, h / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
+    g_proj = kern.gemm_time_s(tok, h, h / tp, gemm_Fps, hbm_Bps, t0, in_B)
+    g_fc1 = kern.gemm_time_s(tok, f * (1.0 + gated) / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
+    g_fc2 = kern.gemm_time_s(tok, h, f / tp, gemm_Fps, hbm_Bps, t0, in_B)
     gemm_f = g_qkv + g_proj + g_fc1 + g_fc2
     attn_flash = kern.flash_attention_time_s(mb, s_loc, s, h / tp, attn_Fps)
     attn_std = kern.standard_attention_time_s(mb, s_loc, s, h / tp, a / tp, gemm16_Fps, hbm_Bps)
     attn_f = ops.where(std_attn > 0, attn_std, attn_flash)
     attn_b = ops.where(std_attn > 0, 2.0 * attn_std, 2.5 * attn_flash)
-    elem_f = tok * (
-        kern.elementwise_bytes_per_token(h_rep, f / tp, gated)
-        + fp8 * kern.fp8_cast_bytes_per_token(h, h / tp, f / tp)
-    ) / hbm_Bps
+    elem16 = tok * kern.elementwise_bytes_per_token(h_rep, f / tp, gated) / hbm_Bps
+    cast_f = fp8 * tok * kern.fp8_cast_bytes_per_token(h, h / tp, f / tp) / hbm_Bps
+    cast_b = fp8 * tok * kern.fp8_grad_cast_bytes_per_token(h, h / tp + 2.0 * kv_loc, f * (1.0 + gated) / tp) / hbm_Bps
+    elem_f = elem16 + cast_f
     layer_f = gemm_f + attn_f + elem_f
-    layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f
+    layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem16 + cast_b
     act_fn_f = tok * kern.BYTES_16BIT * (2.0 + gated) * f / tp / hbm_Bps
     layer_r = ops.where(rc >= 2, layer_f, ops.where(rc >= 1, ops.where(std_attn > 0, attn_f, act_fn_f), 0.0))
 
