@@ -115,3 +115,12 @@ def test_fp8_mfu_is_against_the_fp8_peak():
     r = cosearch.estimate({**_scenario(tp_comm_overlap=True), "training": {"global_batch": 64, "precision": "fp8"}})
     assert r["mfu"] == pytest.approx(r["model_tflops_per_gpu"] / 1978.9, rel=1e-9)
     assert 0.25 < r["mfu"] < 0.6
+
+
+def test_explain_offers_tp_comm_overlap_when_tensor_parallel():
+    from cosearch.explain import rank_changes
+
+    sc = cosearch.load_scenario(_scenario(pp=8, interleave=5))
+    ranked = {e["label"]: e for e in rank_changes(sc)}
+    entry = ranked["tp_comm_overlap false -> true"]
+    assert entry["gain"] > 0.02  # hides most of the TP traffic of a TP-4 plan
