@@ -226,7 +226,8 @@ def best_command(args: argparse.Namespace) -> int:
     c = console()
     limits = ", ".join(f"{k} {v:g}" for k, v in res["limits"].items()) or "no limits"
     c.print(f"[bold]best {res['objective']}[/] ({res['direction']}) in study {res['study']!r} under {limits}: "
-            f"[bold]{_fmt(res['value'])}[/] (trial {res['trial']})")
+            f"[bold]{_fmt(res['value'])}[/] (" + (f"trial {res['trial']}" if res["trial"] is not None else "not a stored trial")
+            + (f"; {res['source']}" if res.get("source") else "") + ")")
     m = res["metrics"]
     t = Table(show_header=False, box=None)
     for key in ("step_time_s", "mfu", "tokens_per_s", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd",
