@@ -70,3 +70,72 @@ def test_on_front_answers_stay_stored(exhaustive):
     res = best(study, max_cost_usd=1.5e6)
     assert "source" not in res and res["trial"] is not None
     assert res["value"] == pytest.approx(brute(m, "time_to_train_days", cost_to_train_usd=1.5e6), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------- calibration
+DOC_CSV = """# illustrative numbers
+name,model,seq_len,global_batch,gpu,gpus,network_gbps,tp,pp,microbatch,recompute,zero,measured_step_time_s
+7b-1node,llama2-7b,4096,256,h100-sxm,8,,1,1,2,selective,3,9.81
+7b-4node,llama2-7b,4096,256,h100-sxm,32,100,1,1,2,selective,3,3.02
+13b-4node,llama2-13b,4096,256,h100-sxm,32,100,2,1,1,selective,1,5.77
+"""
+PUBLISHED = __import__("pathlib").Path(__file__).resolve().parents[1] / "experiments/data/validation/published_runs_public.csv"
+
+
+def _cli(capsys, *args):
+    from cosearch.cli import main
+
+    try:
+        rc = main(list(args))
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_fitted_matmul_scale_never_beats_the_measured_large_gemm():
+    from cosearch.calibration import FITTABLE
+    from cosearch.hardware import catalog
+
+    hi = FITTABLE["matmul_scale"][1]
+    for gid, e in catalog().items():
+        for eta, frac in ((e["matmul_efficiency"], e["efficiency"]["large_gemm_bf16"]),
+                          (e["matmul_efficiency_fp8"], e["efficiency"].get("large_gemm_fp8"))):
+            if frac is not None:
+                assert eta * hi <= frac + 1e-9, gid
+    for name, (lo, up) in FITTABLE.items():
+        assert 0 <= lo < up, name
+        if name.endswith(("efficiency", "overlap")):
+            assert up <= 1.0, name
+
+
+def test_doc_example_is_refused_without_force(tmp_path, capsys):
+    csv = tmp_path / "m.csv"
+    csv.write_text(DOC_CSV)  # pasted from docs/calibration.md, '#' line included
+    out = tmp_path / "p.yaml"
+    rc, stdout, err = _cli(capsys, "calibrate", str(csv), "--out", str(out), "--json")
+    r = json.loads(stdout)
+    assert rc == 1 and not out.exists() and r["worse_than_base"] and not r["written"]
+    assert "worse than the base profile" in err and "--force" in err and len(err.strip().splitlines()) == 1
+    assert r["fitted"]["matmul_scale"] <= __import__("cosearch.calibration", fromlist=["FITTABLE"]).FITTABLE["matmul_scale"][1]
+    rc, stdout, err = _cli(capsys, "calibrate", str(csv), "--out", str(out), "--force")
+    assert rc == 0 and out.exists() and "worse than the base profile" in stdout
+    # the forced profile cannot push GPT-3 on A100 past the GPU's measured large-GEMM fraction
+    from cosearch import estimate
+    from cosearch.calibration import read_profile_file
+
+    prof, _ = read_profile_file(out)
+    sc = {"model": "gpt3-175b", "training": {"global_batch": 1536}, "cluster": {"gpu": "a100-80gb", "gpus": 1024},
+          "plan": {"tp": 8, "pp": 16, "microbatch": 1, "recompute": "selective", "sequence_parallel": True, "zero": 1}}
+    assert estimate(sc, prof)["mfu"] < 0.76
+
+
+def test_published_runs_refit_of_the_default_is_refused(tmp_path, capsys):
+    """The default profile was fitted on these runs: a refit holds out worse and is not written."""
+    out = tmp_path / "p.yaml"
+    rc, stdout, err = _cli(capsys, "calibrate", str(PUBLISHED), "--out", str(out), "--folds", "3", "--json")
+    r = json.loads(stdout)
+    assert r["format"] == "published"
+    worse = r["after_held_out"]["median"] > r["before"]["median"] or r["after_held_out"]["p90"] > r["before"]["p90"]
+    assert r["worse_than_base"] == worse
+    assert (rc == 1 and not out.exists()) if worse else (rc == 0 and out.exists())
