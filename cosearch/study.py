@@ -664,6 +664,11 @@ def _best_enumerated(study: optuna.Study, info: Mapping[str, Any], obj: str,
         raise CosearchError("--objective", f"study {study.study_name!r} stores its front over "
                             f"{', '.join((info.get('summary') or {}).get('front_metrics') or info['objectives'])} only, "
                             f"and its space cannot be read back to answer exactly ({err})") from None
+    points = (info.get("summary") or {}).get("points")
+    if points is not None and int(points) != int(space.size):
+        raise CosearchError("--objective", f"study {study.study_name!r} stores its front over "
+                            f"{', '.join(info['objectives'])} only, and its stored space ({int(space.size):,} points) is "
+                            f"not the one it enumerated ({int(points):,}); cannot answer {obj} exactly")
     profile = Profile.model_validate(info["profile"]) if info.get("profile") else DEFAULT_PROFILE
     bounds = {_LIMITS[k]: float(v) for k, v in limits.items() if v is not None}
     t0 = time.perf_counter()
@@ -700,15 +705,27 @@ def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd:
     if not feas:
         return f"no feasible configuration in study {study.study_name!r} ({n_all} trials, none feasible)"
     parts = []
-    for key, bound in (("max_cost_usd", max_cost_usd), ("max_gpus", max_gpus), ("max_days", max_days),
-                       ("max_days_high", max_days_high)):
+    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
+    info = study_info(study)
+    stored = (info.get("summary") or {}).get("front_metrics") or []
+    enumerate_again = info.get("kind") == "exhaustive" and not all(
+        _LIMITS[k] in stored for k, v in limits.items() if v is not None)
+    for key, bound in limits.items():
         if bound is None:
             continue
-        vals = [t.user_attrs["metrics"].get(_LIMITS[key]) for t in feas]
-        vals = [v for v in vals if v is not None]
-        low = min(vals) if vals else None
+        if enumerate_again:  # the lowest value in the whole space, not on the stored front
+            res = _best_enumerated(study, info, _LIMITS[key], {})
+            low, where = (res["value"] if res else None), "in the space"
+        else:
+            vals = [t.user_attrs["metrics"].get(_LIMITS[key]) for t in feas]
+            vals = [v for v in vals if v is not None]
+            low, where = (min(vals) if vals else None), "stored"
         flag = key.replace("_", "-")
-        parts.append(f"--{flag} {bound:g} (lowest {_LIMITS[key]} stored: {low:,.4g})" if low is not None else f"--{flag} {bound:g}")
+        parts.append(f"--{flag} {bound:g} (lowest {_LIMITS[key]} {where}: {low:,.4g})" if low is not None else f"--{flag} {bound:g}")
+    if enumerate_again:
+        s = info.get("summary") or {}
+        return (f"nothing qualifies in study {study.study_name!r}: none of the {s.get('feasible', 0):,} feasible points "
+                f"of its space meets {' and '.join(parts)}")
     return (f"nothing qualifies in study {study.study_name!r}: none of its {len(feas)} feasible configurations "
             f"meets {' and '.join(parts)}")
 

@@ -139,3 +139,44 @@ def test_published_runs_refit_of_the_default_is_refused(tmp_path, capsys):
     worse = r["after_held_out"]["median"] > r["before"]["median"] or r["after_held_out"]["p90"] > r["before"]["p90"]
     assert r["worse_than_base"] == worse
     assert (rc == 1 and not out.exists()) if worse else (rc == 0 and out.exists())
+
+
+def test_why_nothing_reports_the_space_minimum(exhaustive):
+    from cosearch.study import why_nothing
+
+    study, m = exhaustive
+    low = brute(m, "time_to_train_high_days")
+    msg = why_nothing(study, objective="mfu", max_days_high=low / 2)
+    assert "lowest time_to_train_high_days in the space" in msg and f"{low:,.4g}" in msg and "\n" not in msg
+
+
+def test_best_refuses_when_the_stored_space_is_not_the_enumerated_one():
+    """A study whose stored space cannot reproduce its enumeration: a one-line refusal, not a wrong answer."""
+    from cosearch.errors import CosearchError
+
+    sp = parse_space(json.loads(json.dumps(SMALL)))
+    st = optuna.storages.InMemoryStorage()
+    study = run_study(sp, "bad", st, sampler="exhaustive").study
+    info = dict(study.user_attrs["cosearch"])
+    info["summary"] = {**info["summary"], "points": int(sp.size) + 1}
+    study.set_user_attr("cosearch", info)
+    with pytest.raises(CosearchError, match="cannot answer mfu exactly"):
+        best(study, objective="mfu")
+
+
+def test_cli_best_on_exhaustive_journal_study_is_exact(tmp_path, capsys):
+    import yaml
+
+    sp = tmp_path / "space.yaml"
+    sp.write_text(yaml.safe_dump(SMALL))
+    journal = str(tmp_path / "j.journal")
+    rc, _, err = _cli(capsys, "run", str(sp), "--study", "ex", "--storage", journal, "--sampler", "exhaustive")
+    assert rc == 0, err
+    space = parse_space(json.loads(json.dumps(SMALL)))
+    m = space.evaluate_rows(space.rows_of_flat(np.arange(int(space.size))))
+    for metric in ("mfu", "memory_gib"):
+        rc, out, err = _cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", metric, "--json")
+        assert rc == 0, err
+        assert json.loads(out)["value"] == pytest.approx(brute(m, metric), rel=1e-12)
+    rc, out, _ = _cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", "mfu")
+    assert rc == 0 and "re-enumerated" in out
