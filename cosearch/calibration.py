@@ -253,6 +253,8 @@ def calibrate(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profile 
         "after_in_sample": error_stats(fit.log_errors),
         "after_held_out": error_stats(cross_validate(c, groups, params, base, multistart=True)),
     }
+    report["at_bound"] = [p for p in params if min(abs(report["fitted"][p] - b) for b in FITTABLE[p])
+                          <= 1e-6 * max(1.0, *map(abs, FITTABLE[p]))]
     before, held = report["before"], report["after_held_out"]
     worse = [k for k in ("median", "p90") if held[k] > before[k]]
     report["worse_than_base"] = bool(worse)

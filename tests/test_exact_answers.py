@@ -180,3 +180,10 @@ def test_cli_best_on_exhaustive_journal_study_is_exact(tmp_path, capsys):
         assert json.loads(out)["value"] == pytest.approx(brute(m, metric), rel=1e-12)
     rc, out, _ = _cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", "mfu")
     assert rc == 0 and "re-enumerated" in out
+
+
+def test_calibration_reports_constants_at_their_bound(tmp_path, capsys):
+    csv = tmp_path / "m.csv"
+    csv.write_text(DOC_CSV)
+    rc, stdout, _ = _cli(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"), "--json")
+    assert json.loads(stdout)["at_bound"] == ["network_efficiency"]  # the 3 rows want a faster network than exists

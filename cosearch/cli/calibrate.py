@@ -51,6 +51,12 @@ def _params(text: str) -> tuple[str, ...]:
     return params
 
 
+def _bounds() -> dict:
+    from ..calibration import FITTABLE as BOUNDS
+
+    return BOUNDS
+
+
 def _base(text: str):
     if text == "default":
         return DEFAULT_PROFILE
@@ -95,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     for p in params:
         pt.add_row(p, f"{report['base'][p]:.4g}", f"{report['fitted'][p]:.4g}")
     con.print(pt)
+    for p in report.get("at_bound", []):
+        lo, hi = _bounds()[p]
+        con.print(f"[yellow]{p} stopped at a physical bound (allowed {lo:.4g}-{hi:.4g}): the rows ask for a value the "
+                  "hardware cannot have, i.e. for something the model does not represent; see docs/calibration.md[/]")
     et = Table(title=f"step-time error |pred/measured - 1| ({report['folds']}-fold cross-validation for held-out)", title_justify="left")
     for col in ("", "median", "p90", "worst"):
         et.add_column(col, justify="right" if col else "left")
