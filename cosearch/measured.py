@@ -17,6 +17,8 @@ Two formats, told apart by their columns:
 """
 from __future__ import annotations
 
+import io
+
 import math
 from pathlib import Path
 from typing import Any
@@ -41,9 +43,16 @@ PASSTHROUGH = ("name", "source", "notes", "id")
 USER_COLUMNS = MODEL_COLUMNS + TRAINING_COLUMNS + CLUSTER_COLUMNS + PLAN_COLUMNS + (MEASURED,) + PASSTHROUGH
 
 
+def _skip_comments(path: str | Path) -> io.StringIO:
+    """The file's text without lines whose first non-blank character is ``#`` (comment lines, as in
+    the examples of docs/calibration.md); a ``#`` inside a cell is kept."""
+    with open(path, encoding="utf-8") as f:
+        return io.StringIO("".join(line for line in f if not line.lstrip().startswith("#")))
+
+
 def read_csv(path: str | Path) -> pd.DataFrame:
     try:
-        return pd.read_csv(path)
+        return pd.read_csv(_skip_comments(path))
     except FileNotFoundError:
         raise CosearchError(str(path), "no such file") from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:

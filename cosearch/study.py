@@ -627,6 +627,13 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
     for k, v in limits.items():
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
             raise CosearchError(f"--{k.replace('_', '-')}", f"must be a positive number (got {v!r})")
+    info = study_info(study)
+    if info.get("kind") == "exhaustive":
+        stored = (info.get("summary") or {}).get("front_metrics") or []
+        needed = [obj] + [_LIMITS[k] for k, v in limits.items() if v is not None]
+        if not all(m in stored for m in needed):
+            # the stored front is exact only over its own metrics: enumerate the space again
+            return _best_enumerated(study, info, obj, limits)
     cands = _qualifying(feasible_trials(study), obj, limits)
     if not cands:
         return None
@@ -645,6 +652,46 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
             "scenario": t.user_attrs["scenario"], "metrics": t.user_attrs["metrics"]}
 
 
+def _best_enumerated(study: optuna.Study, info: Mapping[str, Any], obj: str,
+                     limits: Mapping[str, float | None]) -> dict[str, Any] | None:
+    """:func:`best` of an exhaustive study for an objective or budget its stored front does not
+    cover: the exact answer from enumerating the study's stored space again (with its profile)."""
+    from .samplers import best_point
+
+    try:
+        space = parse_space(info["space"], f"study {study.study_name!r}")
+    except (CosearchError, KeyError, TypeError) as err:
+        raise CosearchError("--objective", f"study {study.study_name!r} stores its front over "
+                            f"{', '.join((info.get('summary') or {}).get('front_metrics') or info['objectives'])} only, "
+                            f"and its space cannot be read back to answer exactly ({err})") from None
+    points = (info.get("summary") or {}).get("points")
+    if points is not None and int(points) != int(space.size):
+        raise CosearchError("--objective", f"study {study.study_name!r} stores its front over "
+                            f"{', '.join(info['objectives'])} only, and its stored space ({int(space.size):,} points) is "
+                            f"not the one it enumerated ({int(points):,}); cannot answer {obj} exactly")
+    profile = Profile.model_validate(info["profile"]) if info.get("profile") else DEFAULT_PROFILE
+    bounds = {_LIMITS[k]: float(v) for k, v in limits.items() if v is not None}
+    t0 = time.perf_counter()
+    flat, counts = best_point(space, obj, bounds, profile=profile)
+    logger.info("best %s: re-enumerated %d points of study %r in %.2f s", obj, counts["points"], study.study_name,
+                time.perf_counter() - t0)
+    if flat is None:
+        return None
+    rows = space.rows_of_flat(np.array([flat], dtype=np.int64))
+    rec = build_records(space, rows, space.evaluate_rows(rows, profile))[0]
+    m = rec.user_attrs["metrics"]
+    codec = ParamCodec(space)
+    trial = next((t.number for t in study.get_trials(deepcopy=False)
+                  if t.params and (r := codec.to_row(t.params)) is not None and np.array_equal(r, rows[0])), None)
+    return {"study": study.study_name, "trial": trial, "objective": obj, "direction": direction(obj),
+            "value": m[obj], "limits": {k: v for k, v in limits.items() if v is not None},
+            "values": dict(zip(info["objectives"], rec.values or [])),
+            "step_time_interval_s": _stored_band(m, "step_time", "s"),
+            "scenario": rec.user_attrs["scenario"], "metrics": m,
+            "source": f"re-enumerated {counts['points']:,} points (not on the stored front)" if trial is None
+                      else f"re-enumerated {counts['points']:,} points"}
+
+
 def _stored_band(m: Mapping[str, Any], key: str, unit: str) -> list[float] | None:
     lo, hi = m.get(f"{key}_low_{unit}"), m.get(f"{key}_high_{unit}")
     return None if lo is None or hi is None else [lo, hi]
@@ -658,15 +705,27 @@ def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd:
     if not feas:
         return f"no feasible configuration in study {study.study_name!r} ({n_all} trials, none feasible)"
     parts = []
-    for key, bound in (("max_cost_usd", max_cost_usd), ("max_gpus", max_gpus), ("max_days", max_days),
-                       ("max_days_high", max_days_high)):
+    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
+    info = study_info(study)
+    stored = (info.get("summary") or {}).get("front_metrics") or []
+    enumerate_again = info.get("kind") == "exhaustive" and not all(
+        _LIMITS[k] in stored for k, v in limits.items() if v is not None)
+    for key, bound in limits.items():
         if bound is None:
             continue
-        vals = [t.user_attrs["metrics"].get(_LIMITS[key]) for t in feas]
-        vals = [v for v in vals if v is not None]
-        low = min(vals) if vals else None
+        if enumerate_again:  # the lowest value in the whole space, not on the stored front
+            res = _best_enumerated(study, info, _LIMITS[key], {})
+            low, where = (res["value"] if res else None), "in the space"
+        else:
+            vals = [t.user_attrs["metrics"].get(_LIMITS[key]) for t in feas]
+            vals = [v for v in vals if v is not None]
+            low, where = (min(vals) if vals else None), "stored"
         flag = key.replace("_", "-")
-        parts.append(f"--{flag} {bound:g} (lowest {_LIMITS[key]} stored: {low:,.4g})" if low is not None else f"--{flag} {bound:g}")
+        parts.append(f"--{flag} {bound:g} (lowest {_LIMITS[key]} {where}: {low:,.4g})" if low is not None else f"--{flag} {bound:g}")
+    if enumerate_again:
+        s = info.get("summary") or {}
+        return (f"nothing qualifies in study {study.study_name!r}: none of the {s.get('feasible', 0):,} feasible points "
+                f"of its space meets {' and '.join(parts)}")
     return (f"nothing qualifies in study {study.study_name!r}: none of its {len(feas)} feasible configurations "
             f"meets {' and '.join(parts)}")
 

@@ -26,11 +26,18 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cosearch", description="Performance/cost model and search for distributed transformer training.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"cosearch {__version__}", help="print the version and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details (also accepted after the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
+    for cmd in sub.choices.values():  # `cosearch run -v ...` as well as `cosearch -v run ...`
+        if not any("-v" in a.option_strings for a in cmd._actions):
+            # SUPPRESS: when absent after the command, the value given before it (or False) stays
+            cmd.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log progress details")
     return parser
 
 

@@ -1,4 +1,4 @@
-"""``cosearch calibrate MEASURED.csv --out profile.yaml [--params P,...] [--folds K] [--seed S] [--base B]``.
+"""``cosearch calibrate MEASURED.csv --out profile.yaml [--params P,...] [--folds K] [--seed S] [--base B] [--force]``.
 
 Fits the model's global efficiency constants to measured step times (scipy least_squares, robust
 loss on log error), reports held-out error before and after (k-fold cross-validation), and writes a
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import sys
 
 from rich.table import Table
 
@@ -34,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the fold assignment")
     p.add_argument("--base", default="default",
                    help="starting profile: 'default' (shipped, fitted to published runs), 'kernel' (pure physics) or a profile YAML")
+    p.add_argument("--force", action="store_true", help="write the profile even when its held-out error is worse than the "
+                   "base profile's (without --force such a profile is not written and the exit code is 1)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
@@ -46,6 +49,12 @@ def _params(text: str) -> tuple[str, ...]:
         if p not in FITTABLE:
             raise CosearchError("--params", f"cannot fit {p!r}; allowed: {', '.join(FITTABLE)}")
     return params
+
+
+def _bounds() -> dict:
+    from ..calibration import FITTABLE as BOUNDS
+
+    return BOUNDS
 
 
 def _base(text: str):
@@ -73,10 +82,18 @@ def run(args: argparse.Namespace) -> int:
     header = (f"Calibrated profile written by `cosearch calibrate` on {datetime.date.today().isoformat()}\n"
               f"from {args.measured} ({fmt} format, {report['rows']} rows); fitted: {', '.join(params)}.\n"
               "Use with: cosearch estimate SCENARIO.yaml --profile THIS.yaml (warns outside calibrated_range).")
-    write_profile_file(args.out, fit, rng, report, header)
+    refuse = report["worse_than_base"] and not args.force
+    if not refuse:
+        write_profile_file(args.out, fit, rng, report, header)
+    report["written"] = not refuse
+    refusal = (f"not written: {report['worse_than_base_note']}; the fit does not predict unseen runs better than "
+               f"the base profile. Measure more runs, fit fewer parameters, or pass --force to write {args.out} anyway"
+               if refuse else "")
     if args.json:
         print(json.dumps({**report, "calibrated_range": rng.model_dump(mode="json"), "out": args.out}, indent=2))
-        return 0
+        if refuse:
+            print(refusal, file=sys.stderr)
+        return 1 if refuse else 0
     con = console()
     con.print(f"[bold]{report['rows']} measured rows[/] ({fmt} format) from {args.measured}; base profile: {args.base}")
     pt = Table(title="fitted parameters", title_justify="left")
@@ -84,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
     for p in params:
         pt.add_row(p, f"{report['base'][p]:.4g}", f"{report['fitted'][p]:.4g}")
     con.print(pt)
+    for p in report.get("at_bound", []):
+        lo, hi = _bounds()[p]
+        con.print(f"[yellow]{p} stopped at a physical bound (allowed {lo:.4g}-{hi:.4g}): the rows ask for a value the "
+                  "hardware cannot have, i.e. for something the model does not represent; see docs/calibration.md[/]")
     et = Table(title=f"step-time error |pred/measured - 1| ({report['folds']}-fold cross-validation for held-out)", title_justify="left")
     for col in ("", "median", "p90", "worst"):
         et.add_column(col, justify="right" if col else "left")
@@ -96,5 +117,10 @@ def run(args: argparse.Namespace) -> int:
     con.print(et)
     con.print(f"calibrated range: GPUs {', '.join(rng.gpu_types)}; {rng.params_b[0]:g}-{rng.params_b[1]:g}B parameters; "
               f"{rng.gpus[0]}-{rng.gpus[1]} GPUs; seq_len {rng.seq_len[0]}-{rng.seq_len[1]}")
+    if refuse:
+        print(refusal, file=sys.stderr)
+        return 1
+    if report["worse_than_base"]:
+        con.print(f"[yellow]warning: {report['worse_than_base_note']}; written anyway (--force)[/]")
     con.print(f"wrote {args.out}")
     return 0

@@ -1,8 +1,9 @@
-"""``cosearch estimate SCENARIO.yaml [--json]``."""
+"""``cosearch estimate SCENARIO.yaml [--json] [--profile P] [--require-fit]``."""
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -26,7 +27,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--profile", help="efficiency profile YAML (from cosearch calibrate)")
+    p.add_argument("--require-fit", action="store_true",
+                   help=f"exit with code {NO_FIT_EXIT} when the plan does not fit in GPU memory (or its offload tier)")
     p.set_defaults(func=run)
+
+
+#: Exit code of ``estimate --require-fit`` for a plan that does not fit (2 is bad input, 1 unused).
+NO_FIT_EXIT = 3
+
+
+def no_fit_line(r: dict) -> str:
+    """``DOES NOT FIT: 82.3 GiB of 76.1 usable per GPU`` (or the offload tier's), "" when it fits."""
+    if r["fits"]:
+        return ""
+    mem, usable = r.get("memory_gib"), r.get("usable_memory_gib")
+    if mem is not None and usable is not None and mem <= usable and r.get("expansion_used_gib"):
+        return f"DOES NOT FIT: {_fmt(r['expansion_used_gib'], '.1f')} GiB offloaded per GPU exceeds the expansion tier"
+    return f"DOES NOT FIT: {_fmt(mem, '.1f')} GiB of {_fmt(usable, '.1f')} usable per GPU"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,11 +53,14 @@ def run(args: argparse.Namespace) -> int:
 
         profile, rng = read_profile_file(args.profile)  # rng: calibrated range -> warnings outside it
     result = estimate(args.scenario, profile, calibrated_range=rng)
+    bad = NO_FIT_EXIT if args.require_fit and not result["fits"] else 0
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
+        if bad:
+            print(f"error: {no_fit_line(result)} (--require-fit)", file=sys.stderr)
+        return bad
     render(result, console())
-    return 0
+    return bad
 
 
 def _fmt(x: float | None, spec: str = ".3g") -> str:
@@ -60,6 +80,9 @@ def render(r: dict, console: Console) -> None:
     """Readable breakdown tables of an estimate."""
     sc = r["scenario"]
     pl, cl = sc["plan"], sc["cluster"]
+    nofit = no_fit_line(r)
+    if nofit:  # first, in red: time and cost below are those of a plan that cannot run
+        console.print(f"[bold red]{nofit}[/] (time and cost below are for a plan that cannot run)")
     console.print(
         f"[bold]{cl['gpus']} x {cl['gpu']}[/]  tp={pl['tp']} pp={pl['pp']} dp={r['dp']} cp={pl['cp']} "
         f"mb={pl['microbatch']} v={pl['interleave']} recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"

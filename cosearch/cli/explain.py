@@ -51,9 +51,16 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def step_change(gain: float) -> str:
+    """Change of the step time for a relative ``gain`` (0.05 = 5 % faster): ``-5.0 %``, ``+0.2 %``
+    for a slower change, ``0.0 %`` when it rounds to nothing."""
+    pct = -100.0 * gain
+    return "0.0 %" if round(pct, 1) == 0 else f"{pct:+.1f} %"
+
+
 def _change_row(t: Table, e: dict) -> None:
     t.add_row(
-        e["label"], e["kind"], f"{e['step_time_s']:.4g} s", Text(f"-{100 * e['gain']:.1f} %", style="green" if e["gain"] > 0 else "red"),
+        e["label"], e["kind"], f"{e['step_time_s']:.4g} s", Text(step_change(e["gain"]), style="green" if e["gain"] > 0 else "red"),
         f"{e['speedup']:.3f}x", f"{e['memory_gib']:.1f}", f"{100 * e['mfu']:.1f} %",
     )
 

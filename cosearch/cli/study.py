@@ -40,10 +40,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "shipped profile fitted on published runs); a study keeps the profile it started with")
     p.set_defaults(func=run_command)
 
-    p = sub.add_parser("best", help="best feasible configuration of a study under a budget (no re-run)")
-    p.add_argument("--study", required=True)
+    from ..search.space import OBJECTIVE_METRICS
+
+    p = sub.add_parser("best", help="best feasible configuration of a study under a budget (no re-run)",
+                       description="Best feasible configuration of a study on a metric under budgets. A sampled study "
+                       "answers from its stored trials; an exhaustive study is exact for every metric and budget "
+                       "(one its stored front does not cover is answered by enumerating the space again).")
+    p.add_argument("--study", required=True, help="name of the study to query (see `cosearch studies`)")
     _storage_arg(p)
-    p.add_argument("--objective", default=None, help="metric to optimize (default: the study's first objective)")
+    p.add_argument("--objective", default=None, metavar="METRIC",
+                   help=f"metric to optimize (default: the study's first objective); one of: {', '.join(OBJECTIVE_METRICS)}")
     p.add_argument("--max-cost-usd", type=float, default=None, help="upper bound on cost_to_train_usd")
     p.add_argument("--max-gpus", type=float, default=None, help="upper bound on the GPU count")
     p.add_argument("--max-days", type=float, default=None, help="upper bound on time_to_train_days")
@@ -53,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=best_command)
 
     p = sub.add_parser("pareto", help="Pareto front of a study (table, CSV, plot)")
-    p.add_argument("--study", required=True)
+    p.add_argument("--study", required=True, help="name of the study to show (see `cosearch studies`)")
     _storage_arg(p)
     p.add_argument("--csv", default=None, help="write the front to this CSV file")
     p.add_argument("--parquet", default=None, help="write the front to this Parquet file")
@@ -131,7 +137,9 @@ def run_command(args: argparse.Namespace) -> int:
     s = res.summary
     if res.kind == "exhaustive":
         out.print(f"[bold]{args.study}[/]: exhaustive over {s.get('points', 0):,} points in {s.get('elapsed_s', 0):.2f} s "
-                  f"({s.get('feasible', 0):,} feasible); stored front: {res.n_trials} configurations")
+                  f"({s.get('feasible', 0):,} feasible); stored {res.n_trials} configurations (the front over the "
+                  f"objectives and the budgeted metrics {', '.join(s.get('front_metrics') or [])}, so that `best` "
+                  "answers budgets exactly; the table below keeps those on the objectives' front)")
     else:
         out.print(f"[bold]{args.study}[/]: {res.n_trials} trials ({res.n_new} new, {res.trials_per_s:,.0f}/s), "
                   f"{res.n_feasible} feasible; sampler {method}")
@@ -226,7 +234,8 @@ def best_command(args: argparse.Namespace) -> int:
     c = console()
     limits = ", ".join(f"{k} {v:g}" for k, v in res["limits"].items()) or "no limits"
     c.print(f"[bold]best {res['objective']}[/] ({res['direction']}) in study {res['study']!r} under {limits}: "
-            f"[bold]{_fmt(res['value'])}[/] (trial {res['trial']})")
+            f"[bold]{_fmt(res['value'])}[/] (" + (f"trial {res['trial']}" if res["trial"] is not None else "not a stored trial")
+            + (f"; {res['source']}" if res.get("source") else "") + ")")
     m = res["metrics"]
     t = Table(show_header=False, box=None)
     for key in ("step_time_s", "mfu", "tokens_per_s", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd",

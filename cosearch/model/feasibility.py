@@ -35,6 +35,9 @@ class Rule(NamedTuple):
     message: str  # formatted with the scalar columns
 
 
+#: In order: the first violated rule is the one reported, so a rule naming a root cause (tp must
+#: divide the heads) comes before one that merely follows from it (gpus = tp*pp*dp*cp, when dp is
+#: derived from the GPU count and fails to be an integer because tp is 7).
 RULES: tuple[Rule, ...] = (
     Rule("model", lambda c: (c["layers"] >= 1) & (c["hidden"] >= 1) & (c["heads"] >= 1) & (c["kv_heads"] >= 1)
          & (c["ffn_hidden"] >= 1) & (c["vocab"] >= 1) & (c["seq_len"] >= 1),
@@ -50,8 +53,6 @@ RULES: tuple[Rule, ...] = (
          & (c["interleave"] >= 1) & _is_int(c["tp"]) & _is_int(c["pp"]) & _is_int(c["cp"])
          & _is_int(c["microbatch"]) & _is_int(c["interleave"]),
          "tp, pp, cp, microbatch and interleave must be positive integers"),
-    Rule("plan.dp", lambda c: (c["dp"] >= 1) & _is_int(c["dp"]) & (c["dp"] * c["tp"] * c["pp"] * c["cp"] == c["gpus"]),
-         "gpus ({gpus:.0f}) must equal tp*pp*dp*cp ({tp:.0f}*{pp:.0f}*{dp:g}*{cp:.0f})"),
     Rule("plan.tp", lambda c: _divides(c["tp"], c["heads"]), "tp ({tp:.0f}) must divide model.heads ({heads:.0f})"),
     Rule("plan.tp", lambda c: _divides(c["tp"], c["kv_heads"]) | _divides(c["kv_heads"], c["tp"]),
          "tp ({tp:.0f}) must divide model.kv_heads ({kv_heads:.0f}) or be a multiple of it"),
@@ -59,6 +60,8 @@ RULES: tuple[Rule, ...] = (
     Rule("plan.pp", lambda c: c["pp"] * c["interleave"] <= c["layers"],
          "pp*interleave ({pp:.0f}*{interleave:.0f}) must not exceed model.layers ({layers:.0f})"),
     Rule("plan.cp", lambda c: _divides(c["cp"], c["seq_len"]), "cp ({cp:.0f}) must divide model.seq_len ({seq_len:.0f})"),
+    Rule("plan.dp", lambda c: (c["dp"] >= 1) & _is_int(c["dp"]) & (c["dp"] * c["tp"] * c["pp"] * c["cp"] == c["gpus"]),
+         "gpus ({gpus:.0f}) must equal tp*pp*dp*cp ({tp:.0f}*{pp:.0f}*{dp:g}*{cp:.0f})"),
     Rule("plan.cp", lambda c: (c["cp"] == 1) | (c["attention"] == 0),
          "context parallelism (cp > 1) needs training.attention: flash"),
     Rule("plan.microbatch", lambda c: _divides(c["dp"] * c["microbatch"], c["global_batch"]),

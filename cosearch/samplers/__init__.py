@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..errors import CosearchError
 from ._codec import INDEX_SUFFIX, ParamCodec
-from ._exhaustive import ExhaustiveResult, front_metrics, run_exhaustive
+from ._exhaustive import ExhaustiveResult, best_point, front_metrics, run_exhaustive
 from ._optuna import OPTUNA_SAMPLERS, OptunaMethod, optuna_method
 from ._scipy import SCIPY_METHODS, BudgetExhausted, run_scipy
 
@@ -42,5 +42,5 @@ def resolve_method(name: str, space) -> str:
 
 __all__ = [
     "METHODS", "OPTUNA_SAMPLERS", "SCIPY_METHODS", "INDEX_SUFFIX", "BudgetExhausted", "ExhaustiveResult", "OptunaMethod",
-    "ParamCodec", "check_method", "resolve_method", "AUTO_EXHAUSTIVE_POINTS", "front_metrics", "optuna_method", "run_exhaustive", "run_scipy",
+    "ParamCodec", "best_point", "check_method", "resolve_method", "AUTO_EXHAUSTIVE_POINTS", "front_metrics", "optuna_method", "run_exhaustive", "run_scipy",
 ]

@@ -81,22 +81,25 @@ def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarra
     return pts[mask], ids[mask]
 
 
-def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable[[int, int], None] | None = None,
-                   profile: Profile = DEFAULT_PROFILE) -> ExhaustiveResult:
-    """Enumerate every point of a finite space (evaluated with ``profile``); return the exact front and counts."""
+def _enumerate(space: SearchSpace, metrics: list[str], senses: list[str], counts: dict[str, int],
+               best: dict[str, float | None], *, chunk: int, profile: Profile,
+               progress: Callable[[int, int], None] | None = None,
+               select: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Evaluate every point of ``space`` chunk by chunk and return the exact front over ``metrics``
+    of its feasible points (values, flat positions), or None when none is feasible. ``select``
+    (optional) narrows ``feasible`` per chunk further (e.g. the budgets of a ``best`` query)."""
     space._require_finite("exhaustive search")
     keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
-    metrics = front_metrics(space)
-    senses = [direction(m) for m in metrics]
     total = int(space.size)
-    t0 = time.perf_counter()
-    counts = {"points": 0, "valid": 0, "fits": 0, "within_budget": 0, "feasible": 0}
-    best = {m: None for m in space.objectives}
     acc: tuple[np.ndarray, np.ndarray] | None = None
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     pending_rows = 0
     for flat, assign in space.iter_chunks(chunk):
-        local = reduce_chunk(space, space.evaluate(assign, profile), flat, metrics, senses, counts, best)
+        out = space.evaluate(assign, profile)
+        if select is not None:
+            out["feasible"] = np.asarray(out["feasible"], dtype=bool) & select(out)
+        local = reduce_chunk(space, out, flat, metrics, senses, counts, best)
         if local is not None:
             pending.append(local)
             pending_rows += len(local[1])
@@ -107,6 +110,49 @@ def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable
             progress(counts["points"], total)
     if pending:
         acc = merge_fronts(([acc] if acc is not None else []) + pending, senses)
+    return acc
+
+
+def _new_counts() -> dict[str, int]:
+    return {"points": 0, "valid": 0, "fits": 0, "within_budget": 0, "feasible": 0}
+
+
+def best_point(space: SearchSpace, objective: str, limits: dict[str, float], *, profile: Profile = DEFAULT_PROFILE,
+               chunk: int = CHUNK) -> tuple[int | None, dict[str, int]]:
+    """Flat position of the exact best feasible point of ``space`` on ``objective`` with every metric
+    in ``limits`` (metric -> upper bound) at most its bound, by re-enumerating the space (None when
+    nothing qualifies), and the enumeration counts. Ties: the cheaper, then fewer GPUs, then the
+    earlier point (as :func:`cosearch.study.best`)."""
+    has_tokens = "tokens" in (space.base.get("training") or {})
+    metrics = [objective] + [m for m in ("cost_to_train_usd", "gpus") if m != objective and (m == "gpus" or has_tokens)]
+    senses = [direction(m) for m in metrics]
+
+    def select(out: dict[str, np.ndarray]) -> np.ndarray:
+        ok = np.ones(np.shape(out["feasible"]), dtype=bool)
+        for m, bound in limits.items():
+            ok &= np.asarray(out[m], dtype=float) <= bound  # NaN compares False: excluded
+        return ok
+
+    counts = _new_counts()
+    acc = _enumerate(space, metrics, senses, counts, {}, chunk=chunk, profile=profile, select=select)
+    if acc is None:
+        return None, counts
+    pts, ids = acc
+    y = pts * np.array([-1.0 if s == "maximize" else 1.0 for s in senses])
+    y = np.where(np.isnan(y), np.inf, y)
+    order = np.lexsort(tuple([ids] + [y[:, j] for j in reversed(range(y.shape[1]))]))
+    return int(ids[order[0]]), counts
+
+
+def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable[[int, int], None] | None = None,
+                   profile: Profile = DEFAULT_PROFILE) -> ExhaustiveResult:
+    """Enumerate every point of a finite space (evaluated with ``profile``); return the exact front and counts."""
+    metrics = front_metrics(space)
+    senses = [direction(m) for m in metrics]
+    t0 = time.perf_counter()
+    counts = _new_counts()
+    best: dict[str, float | None] = {m: None for m in space.objectives}
+    acc = _enumerate(space, metrics, senses, counts, best, chunk=chunk, profile=profile, progress=progress)
     elapsed = time.perf_counter() - t0
     front_ids = np.sort(acc[1]) if acc is not None else np.zeros(0, dtype=np.int64)
     rows = space.rows_of_flat(front_ids)

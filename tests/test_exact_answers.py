@@ -1,0 +1,189 @@
+"""Exact answers (issue 11): `best` on an exhaustive study is exact for every metric and budget,
+not only for the objectives its stored front was taken over."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import optuna
+import pytest
+
+from cosearch.search.space import direction, parse_space
+from cosearch.study import best, run_study
+
+SMALL = {
+    "model": "gpt3-175b",
+    "training": {"global_batch": 1536, "tokens": 3.0e11, "precision": "bf16"},
+    "cluster": {"gpu": ["a100-80gb", "h100-sxm"], "gpus": [512, 1024]},
+    "plan": {"tp": [2, 4, 8], "pp": [4, 8, 16], "microbatch": [1, 2], "recompute": ["none", "selective", "full"]},
+    "objectives": ["time_to_train_days", "cost_to_train_usd"],
+    "constraints": {"max_cost_usd": 2.0e6},
+}
+
+
+@pytest.fixture(scope="module")
+def exhaustive():
+    sp = parse_space(json.loads(json.dumps(SMALL)))
+    res = run_study(sp, "exact", optuna.storages.InMemoryStorage(), sampler="exhaustive")
+    m = sp.evaluate_rows(sp.rows_of_flat(np.arange(int(sp.size))))
+    return res.study, m
+
+
+def brute(m, metric, **bounds):
+    ok = np.asarray(m["feasible"], dtype=bool).copy()
+    for key, b in bounds.items():
+        ok &= np.asarray(m[key], dtype=float) <= b
+    v = np.asarray(m[metric], dtype=float)[ok]
+    return float(v.max() if direction(metric) == "maximize" else v.min())
+
+
+@pytest.mark.parametrize("metric", ["mfu", "memory_gib", "step_time_s", "tokens_per_s", "energy_to_train_mwh"])
+def test_best_off_front_metric_is_exact(exhaustive, metric):
+    study, m = exhaustive
+    res = best(study, objective=metric)
+    assert res["value"] == pytest.approx(brute(m, metric), rel=1e-12)
+    assert res["metrics"]["feasible"]
+
+
+def test_stored_front_misses_the_true_best_mfu(exhaustive):
+    """The regression: the best mfu among stored (front) trials is below the space's best."""
+    study, m = exhaustive
+    stored = max(t.user_attrs["metrics"]["mfu"] for t in study.trials if t.user_attrs.get("feasible"))
+    assert stored < brute(m, "mfu")  # the stored front alone would answer wrongly
+    assert best(study, objective="mfu")["value"] == pytest.approx(brute(m, "mfu"), rel=1e-12)
+
+
+def test_budget_not_among_objectives_is_exact(exhaustive):
+    study, m = exhaustive
+    days = np.sort(np.asarray(m["time_to_train_high_days"], dtype=float)[np.asarray(m["feasible"], dtype=bool)])
+    limit = float(days[len(days) // 2])
+    res = best(study, objective="cost_to_train_usd", max_days_high=limit)
+    assert res["value"] == pytest.approx(brute(m, "cost_to_train_usd", time_to_train_high_days=limit), rel=1e-12)
+    res = best(study, objective="mfu", max_gpus=512, max_cost_usd=1.5e6)
+    assert res["value"] == pytest.approx(brute(m, "mfu", gpus=512, cost_to_train_usd=1.5e6), rel=1e-12)
+    # a budget nothing meets
+    assert best(study, objective="mfu", max_days_high=float(days[0]) / 2) is None
+
+
+def test_on_front_answers_stay_stored(exhaustive):
+    study, m = exhaustive
+    res = best(study, max_cost_usd=1.5e6)
+    assert "source" not in res and res["trial"] is not None
+    assert res["value"] == pytest.approx(brute(m, "time_to_train_days", cost_to_train_usd=1.5e6), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------- calibration
+DOC_CSV = """# illustrative numbers
+name,model,seq_len,global_batch,gpu,gpus,network_gbps,tp,pp,microbatch,recompute,zero,measured_step_time_s
+7b-1node,llama2-7b,4096,256,h100-sxm,8,,1,1,2,selective,3,9.81
+7b-4node,llama2-7b,4096,256,h100-sxm,32,100,1,1,2,selective,3,3.02
+13b-4node,llama2-13b,4096,256,h100-sxm,32,100,2,1,1,selective,1,5.77
+"""
+PUBLISHED = __import__("pathlib").Path(__file__).resolve().parents[1] / "experiments/data/validation/published_runs_public.csv"
+
+
+def _cli(capsys, *args):
+    from cosearch.cli import main
+
+    try:
+        rc = main(list(args))
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_fitted_matmul_scale_never_beats_the_measured_large_gemm():
+    from cosearch.calibration import FITTABLE
+    from cosearch.hardware import catalog
+
+    hi = FITTABLE["matmul_scale"][1]
+    for gid, e in catalog().items():
+        for eta, frac in ((e["matmul_efficiency"], e["efficiency"]["large_gemm_bf16"]),
+                          (e["matmul_efficiency_fp8"], e["efficiency"].get("large_gemm_fp8"))):
+            if frac is not None:
+                assert eta * hi <= frac + 1e-9, gid
+    for name, (lo, up) in FITTABLE.items():
+        assert 0 <= lo < up, name
+        if name.endswith(("efficiency", "overlap")):
+            assert up <= 1.0, name
+
+
+def test_doc_example_is_refused_without_force(tmp_path, capsys):
+    csv = tmp_path / "m.csv"
+    csv.write_text(DOC_CSV)  # pasted from docs/calibration.md, '#' line included
+    out = tmp_path / "p.yaml"
+    rc, stdout, err = _cli(capsys, "calibrate", str(csv), "--out", str(out), "--json")
+    r = json.loads(stdout)
+    assert rc == 1 and not out.exists() and r["worse_than_base"] and not r["written"]
+    assert "worse than the base profile" in err and "--force" in err and len(err.strip().splitlines()) == 1
+    assert r["fitted"]["matmul_scale"] <= __import__("cosearch.calibration", fromlist=["FITTABLE"]).FITTABLE["matmul_scale"][1]
+    rc, stdout, err = _cli(capsys, "calibrate", str(csv), "--out", str(out), "--force")
+    assert rc == 0 and out.exists() and "worse than the base profile" in stdout
+    # the forced profile cannot push GPT-3 on A100 past the GPU's measured large-GEMM fraction
+    from cosearch import estimate
+    from cosearch.calibration import read_profile_file
+
+    prof, _ = read_profile_file(out)
+    sc = {"model": "gpt3-175b", "training": {"global_batch": 1536}, "cluster": {"gpu": "a100-80gb", "gpus": 1024},
+          "plan": {"tp": 8, "pp": 16, "microbatch": 1, "recompute": "selective", "sequence_parallel": True, "zero": 1}}
+    assert estimate(sc, prof)["mfu"] < 0.76
+
+
+def test_published_runs_refit_of_the_default_is_refused(tmp_path, capsys):
+    """The default profile was fitted on these runs: a refit holds out worse and is not written."""
+    out = tmp_path / "p.yaml"
+    rc, stdout, err = _cli(capsys, "calibrate", str(PUBLISHED), "--out", str(out), "--folds", "3", "--json")
+    r = json.loads(stdout)
+    assert r["format"] == "published"
+    worse = r["after_held_out"]["median"] > r["before"]["median"] or r["after_held_out"]["p90"] > r["before"]["p90"]
+    assert r["worse_than_base"] == worse
+    assert (rc == 1 and not out.exists()) if worse else (rc == 0 and out.exists())
+
+
+def test_why_nothing_reports_the_space_minimum(exhaustive):
+    from cosearch.study import why_nothing
+
+    study, m = exhaustive
+    low = brute(m, "time_to_train_high_days")
+    msg = why_nothing(study, objective="mfu", max_days_high=low / 2)
+    assert "lowest time_to_train_high_days in the space" in msg and f"{low:,.4g}" in msg and "\n" not in msg
+
+
+def test_best_refuses_when_the_stored_space_is_not_the_enumerated_one():
+    """A study whose stored space cannot reproduce its enumeration: a one-line refusal, not a wrong answer."""
+    from cosearch.errors import CosearchError
+
+    sp = parse_space(json.loads(json.dumps(SMALL)))
+    st = optuna.storages.InMemoryStorage()
+    study = run_study(sp, "bad", st, sampler="exhaustive").study
+    info = dict(study.user_attrs["cosearch"])
+    info["summary"] = {**info["summary"], "points": int(sp.size) + 1}
+    study.set_user_attr("cosearch", info)
+    with pytest.raises(CosearchError, match="cannot answer mfu exactly"):
+        best(study, objective="mfu")
+
+
+def test_cli_best_on_exhaustive_journal_study_is_exact(tmp_path, capsys):
+    import yaml
+
+    sp = tmp_path / "space.yaml"
+    sp.write_text(yaml.safe_dump(SMALL))
+    journal = str(tmp_path / "j.journal")
+    rc, _, err = _cli(capsys, "run", str(sp), "--study", "ex", "--storage", journal, "--sampler", "exhaustive")
+    assert rc == 0, err
+    space = parse_space(json.loads(json.dumps(SMALL)))
+    m = space.evaluate_rows(space.rows_of_flat(np.arange(int(space.size))))
+    for metric in ("mfu", "memory_gib"):
+        rc, out, err = _cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", metric, "--json")
+        assert rc == 0, err
+        assert json.loads(out)["value"] == pytest.approx(brute(m, metric), rel=1e-12)
+    rc, out, _ = _cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", "mfu")
+    assert rc == 0 and "re-enumerated" in out
+
+
+def test_calibration_reports_constants_at_their_bound(tmp_path, capsys):
+    csv = tmp_path / "m.csv"
+    csv.write_text(DOC_CSV)
+    rc, stdout, _ = _cli(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"), "--json")
+    assert json.loads(stdout)["at_bound"] == ["network_efficiency"]  # the 3 rows want a faster network than exists
