@@ -100,3 +100,75 @@ def export(sc: Scenario) -> str:
     for name, body in sections(sc).items():
         lines += ["", f"[{name}]"] + [f"{k} = {_value(v)}" for k, v in body.items()]
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------- plan in
+def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
+    """A :class:`Scenario` from a torchtitan job TOML (the inverse of :func:`export`).
+
+    torchtitan names its architecture (``[model] name/flavor``) instead of writing the shape,
+    so ``model`` (a cosearch preset name or a model mapping) is required, as is the cluster
+    (``gpu`` and ``gpus``). torchtitan defaults apply to absent keys (degrees 1, shard degree -1 =
+    the remaining GPUs, global batch = local batch x dp, activation checkpointing selective).
+    """
+    import tomllib
+
+    from ..errors import CosearchError
+    from ..presets import preset
+    from ..scenario import parse_scenario
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise CosearchError("--torchtitan-toml", f"malformed TOML: {err}") from None
+    m = preset(model) if isinstance(model, str) else dict(model)
+    if "gpu" not in cluster or "gpus" not in cluster:
+        raise CosearchError("--gpus" if "gpu" in cluster else "--gpu", "required with --torchtitan-toml (the TOML "
+                            "does not name the GPU model or the world size)")
+    par, tr = doc.get("parallelism", {}), doc.get("training", {})
+    ac = doc.get("activation_checkpoint", {})
+    gpus = int(cluster["gpus"])
+    tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                                                "context_parallel_degree"))
+    rep = int(par.get("data_parallel_replicate_degree", 1))
+    shard = int(par.get("data_parallel_shard_degree", -1))
+    if shard == -1:
+        shard = gpus // (rep * tp * pp * cp)
+    dp = rep * shard
+    if dp * tp * pp * cp != gpus:
+        raise CosearchError("[parallelism]", f"degrees multiply to {dp * tp * pp * cp}, cluster has {gpus} GPUs")
+    if shard == 1:
+        zero, group = 0, None
+    else:
+        zero = 2 if par.get("fsdp_reshard_after_forward", "default") == "never" else 3
+        group = shard if rep > 1 else None
+    local = int(tr.get("local_batch_size", 8))
+    gb = int(tr.get("global_batch_size", -1))
+    gb = local * dp if gb == -1 else gb
+    interleave = 1
+    if pp > 1:
+        micro = int(par.get("pipeline_parallel_microbatch_size", 1))
+        lps = par.get("pipeline_parallel_layers_per_stage")
+        if lps is not None:
+            if m["layers"] % (pp * int(lps)):
+                raise CosearchError("pipeline_parallel_layers_per_stage", f"{lps} does not divide the layers per rank")
+            interleave = m["layers"] // (pp * int(lps))
+        elif "Interleaved" in str(par.get("pipeline_parallel_schedule", "1F1B")):
+            raise CosearchError("pipeline_parallel_layers_per_stage", "required with an interleaved schedule")
+    else:
+        micro = local
+    converters = doc.get("model", {}).get("converters", [])
+    if str(tr.get("mixed_precision_param", "bfloat16")) != "bfloat16":
+        raise CosearchError("mixed_precision_param", "cosearch models bf16 (and fp8) torchtitan training, not fp32")
+    precision = "fp8" if "float8" in converters else "bf16"
+    mode = str(ac.get("mode", "selective"))
+    if mode not in ("none", "selective", "full"):
+        raise CosearchError("activation_checkpoint.mode", f"expects none, selective or full (got {mode!r})")
+    m["seq_len"] = int(tr.get("seq_len", m.get("seq_len", 2048)))
+    training: dict[str, Any] = {"global_batch": gb, "precision": precision}
+    if "steps" in tr:
+        training["tokens"] = float(int(tr["steps"]) * gb * m["seq_len"])
+    plan = {"tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave, "recompute": mode,
+            "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
+            "tp_comm_overlap": bool(par.get("enable_async_tensor_parallel", False))}
+    return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})
