@@ -14,7 +14,7 @@ from typing import Sequence
 from ..errors import CosearchError
 
 #: Modules under cosearch.cli that define sub-commands, in help order.
-COMMANDS = ("estimate", "catalog", "calibrate", "explain", "report", "study", "worker")
+COMMANDS = ("estimate", "catalog", "calibrate", "explain", "report", "study", "worker", "export")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ._console import console
 from ..estimate import estimate
+from ..frameworks.planin import add_arguments as add_plan_in_arguments, scenario_from_args
 from ..model.profile import Profile
 
 
@@ -24,11 +25,12 @@ def load_profile(path: str | None) -> Profile | None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="predict step time, memory and cost of one scenario")
-    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("scenario", nargs="?", help="scenario YAML file (or --megatron-args / --torchtitan-toml)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--profile", help="efficiency profile YAML (from cosearch calibrate)")
     p.add_argument("--require-fit", action="store_true",
                    help=f"exit with code {NO_FIT_EXIT} when the plan does not fit in GPU memory (or its offload tier)")
+    add_plan_in_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         from ..calibration import read_profile_file
 
         profile, rng = read_profile_file(args.profile)  # rng: calibrated range -> warnings outside it
-    result = estimate(args.scenario, profile, calibrated_range=rng)
+    result = estimate(scenario_from_args(args), profile, calibrated_range=rng)
     bad = NO_FIT_EXIT if args.require_fit and not result["fits"] else 0
     if args.json:
         print(json.dumps(result, indent=2))

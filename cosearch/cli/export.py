@@ -1,0 +1,70 @@
+"""``cosearch export SCENARIO --format megatron|nemo|torchtitan|deepspeed [--out FILE]``.
+
+Also exports a stored study row: ``--study S [--storage X] --rank N`` (row N of ``cosearch
+pareto``'s table, 1 = first) or ``--trial N`` (a trial number, e.g. the one ``cosearch best``
+prints).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import CosearchError
+from ..frameworks import FORMATS, export
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write a plan as launch arguments of Megatron-LM, NeMo, torchtitan or DeepSpeed")
+    p.add_argument("scenario", nargs="?", help="scenario YAML file (or use --study)")
+    p.add_argument("--format", required=True, choices=list(FORMATS), help="target framework")
+    p.add_argument("--out", help="write to this file instead of standard output")
+    p.add_argument("--study", help="export a stored row of this study instead of a scenario file")
+    p.add_argument("--storage", default=None, help="study storage (as for cosearch best/pareto)")
+    p.add_argument("--rank", type=int, default=None, help="row of the study's Pareto front (1 = first, as printed by "
+                   "cosearch pareto; default 1)")
+    p.add_argument("--trial", type=int, default=None, help="trial number in the study (as printed by cosearch best)")
+    p.set_defaults(func=run)
+
+
+def study_scenario(name: str, storage: str | None, rank: int | None, trial: int | None) -> dict[str, Any]:
+    """The stored scenario of a study's Pareto row ``rank`` (1-based) or of trial ``trial``."""
+    from ..study import load_study, pareto_front
+
+    study = load_study(name, storage)
+    if rank is not None and trial is not None:
+        raise CosearchError("--rank", "give --rank or --trial, not both")
+    if trial is None:
+        rank = 1 if rank is None else rank
+        front = pareto_front(study)
+        if rank < 1 or rank > len(front):
+            raise CosearchError("--rank", f"the study's front has {len(front)} rows (got {rank})")
+        trial = int(front["trial"].iloc[rank - 1])
+    for t in study.get_trials(deepcopy=False):
+        if t.number == trial and "scenario" in t.user_attrs:
+            return dict(t.user_attrs["scenario"])
+    raise CosearchError("--trial", f"no stored trial {trial} with a scenario in study {name!r}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.study:
+        if args.scenario:
+            raise CosearchError("scenario", "give a scenario file or --study, not both")
+        source: Any = study_scenario(args.study, args.storage, args.rank, args.trial)
+    elif args.scenario:
+        if args.rank is not None or args.trial is not None:
+            raise CosearchError("--rank", "--rank/--trial select a row of --study")
+        source = args.scenario
+    else:
+        raise CosearchError("scenario", "give a scenario file or --study NAME")
+    text = export(source, args.format)
+    if args.out:
+        try:
+            Path(args.out).write_text(text)
+        except OSError as err:
+            raise CosearchError("--out", f"cannot write file ({err.strerror or err})") from None
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,65 @@
+"""Checks and numbers every framework mapping shares."""
+from __future__ import annotations
+
+from ..errors import CosearchError
+from ..scenario import Scenario, scenario_columns
+
+
+def refuse(field: str, reason: str) -> CosearchError:
+    return CosearchError(field, reason)
+
+
+def layout(sc: Scenario, framework: str) -> dict[str, int]:
+    """dp, gradient-accumulation steps and nodes of a plan that a launcher can run as written.
+
+    Refuses plans whose degrees do not tile the cluster or the batch (a launcher would fail on
+    them) and runs the scenario's own hardware checks (e.g. fp8 on a GPU without fp8).
+    """
+    scenario_columns(sc)  # hardware checks: unknown GPU, precision the GPU lacks
+    m, pl, cl = sc.model, sc.plan, sc.cluster
+    model_par = pl.tp * pl.pp * pl.cp
+    if cl.gpus % model_par:
+        raise refuse("plan", f"tp*pp*cp = {model_par} does not divide cluster.gpus = {cl.gpus}; {framework} "
+                     "launches one rank per GPU")
+    dp = pl.dp if pl.dp is not None else cl.gpus // model_par
+    if dp * model_par != cl.gpus:
+        raise refuse("plan.dp", f"tp*pp*cp*dp = {dp * model_par} but cluster.gpus = {cl.gpus}; {framework} "
+                     "uses every launched GPU")
+    per_step = pl.microbatch * dp
+    if sc.training.global_batch % per_step:
+        raise refuse("training.global_batch", f"{sc.training.global_batch} is not a multiple of microbatch*dp = "
+                     f"{per_step}; {framework} needs a whole number of gradient-accumulation steps")
+    if m.heads % pl.tp or m.kv_heads % pl.tp:
+        raise refuse("plan.tp", f"tp = {pl.tp} must divide model.heads = {m.heads} and model.kv_heads = {m.kv_heads}")
+    if m.layers % pl.pp:
+        raise refuse("plan.pp", f"pp = {pl.pp} does not divide model.layers = {m.layers}")
+    if pl.interleave > 1:
+        if pl.pp == 1:
+            raise refuse("plan.interleave", "interleaved (virtual) pipeline stages need pp > 1")
+        if m.layers % (pl.pp * pl.interleave):
+            raise refuse("plan.interleave", f"interleave = {pl.interleave} does not divide the {m.layers // pl.pp} "
+                         "layers per pipeline stage")
+    if pl.zero_group is not None and (pl.zero_group > dp or dp % pl.zero_group):
+        raise refuse("plan.zero_group", f"zero_group = {pl.zero_group} must divide dp = {dp}")
+    for key in ("tp_collective", "dp_collective"):
+        if getattr(pl, key) != "nccl":
+            raise refuse(f"plan.{key}", f"{getattr(pl, key)!r} is a collective-algorithm choice (an NCCL_ALGO "
+                         f"environment setting), not a {framework} argument; use 'nccl' to export")
+    gpn = cl.gpus_per_node or int(scenario_columns(sc)["gpus_per_node"])
+    nodes = max(1, cl.gpus // gpn)
+    return {"dp": dp, "grad_accum": sc.training.global_batch // per_step, "nodes": nodes,
+            "gpus_per_node": min(gpn, cl.gpus)}
+
+
+def hybrid(sc: Scenario, dp: int) -> int | None:
+    """Sharding-group size when the plan shards over a subgroup of dp (hybrid sharding), else None."""
+    g = sc.plan.zero_group
+    return None if g is None or g == dp or sc.plan.zero == 0 else g
+
+
+def train_steps(sc: Scenario) -> int | None:
+    """Optimizer steps covering ``training.tokens`` (rounded up), or None without a token budget."""
+    if sc.training.tokens is None:
+        return None
+    per_step = sc.training.global_batch * sc.model.seq_len
+    return int(-(-sc.training.tokens // per_step))

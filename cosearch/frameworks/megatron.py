@@ -1,0 +1,319 @@
+"""Megatron-LM launch flags out (:func:`export`) and in (:func:`parse_args`).
+
+Follows the argument names of **Megatron-LM core_r0.14.0** (``megatron/training/arguments.py``,
+NVIDIA/Megatron-LM), as used by ``pretrain_gpt.py``:
+
+=============================  ===========================================================
+cosearch field                 Megatron-LM flag
+=============================  ===========================================================
+model.layers / hidden / heads  ``--num-layers`` ``--hidden-size`` ``--num-attention-heads``
+model.kv_heads (< heads)       ``--group-query-attention --num-query-groups``
+model.ffn_hidden               ``--ffn-hidden-size``
+model.gated_mlp                ``--swiglu``
+model.vocab                    ``--vocab-size`` (Megatron otherwise takes it from the tokenizer)
+model.seq_len                  ``--seq-length`` ``--max-position-embeddings``
+model.tied_embeddings = false  ``--untie-embeddings-and-output-weights``
+training.global_batch          ``--global-batch-size``
+training.tokens                ``--train-samples`` (tokens / seq_len, rounded up)
+training.precision             ``--bf16`` / ``--fp16`` / ``--bf16 --fp8-format hybrid``
+training.attention             ``--attention-backend flash`` / ``unfused`` (no Triton kernel)
+training.dropout               ``--attention-dropout`` ``--hidden-dropout`` (0.1 / 0.0)
+plan.tp / pp / cp              ``--tensor-model-parallel-size`` ``--pipeline-model-parallel-size``
+                               ``--context-parallel-size``
+plan.interleave                ``--num-layers-per-virtual-pipeline-stage`` (layers / (pp*v));
+                               ``--num-virtual-stages-per-pipeline-rank`` read too
+plan.microbatch                ``--micro-batch-size``
+plan.sequence_parallel         ``--sequence-parallel``
+plan.recompute                 ``--recompute-granularity selective`` or ``full`` with
+                               ``--recompute-method uniform --recompute-num-layers 1``
+plan.zero 1                    ``--use-distributed-optimizer``
+plan.zero 2 / 3                ``--use-megatron-fsdp --data-parallel-sharding-strategy
+                               optim_grads`` / ``optim_grads_params`` (no pipeline)
+plan.zero_group (hybrid)       ``--num-distributed-optimizer-instances dp/zero_group``
+                               (with FSDP also ``--outer-dp-sharding-strategy no_shard``)
+plan.overlap_grad_reduce       ``--overlap-grad-reduce``
+plan.tp_comm_overlap           ``--tp-comm-overlap``
+=============================  ===========================================================
+
+Refused: offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
+the Triton attention kernel, zero 2/3 with pipeline parallelism (Megatron FSDP has no pipeline).
+The world size is torchrun's, not Megatron's: :func:`parse_args` takes the cluster separately
+(or reads ``--nproc-per-node`` / ``--nnodes`` of a ``torchrun`` prefix).
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any, Mapping
+
+from ..errors import CosearchError
+from ..scenario import Scenario, parse_scenario
+from ._common import hybrid, layout, refuse
+
+VERSION = "Megatron-LM core_r0.14.0"
+
+_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def flags(sc: Scenario) -> list[str]:
+    """The Megatron-LM arguments of ``sc`` as a token list."""
+    lay = layout(sc, "Megatron-LM")
+    m, t, pl = sc.model, sc.training, sc.plan
+    if pl.offload != "none":
+        raise refuse("plan.offload", f"{pl.offload!r}: this export maps no Megatron-LM offload flag; use 'none'")
+    if t.attention == "triton":
+        raise refuse("training.attention", "Megatron-LM has no Triton flash-attention backend; use flash or standard")
+    if pl.zero >= 2 and pl.pp > 1:
+        raise refuse("plan.zero", f"zero {pl.zero} maps to Megatron FSDP, which does not run with pipeline "
+                     f"parallelism (pp = {pl.pp}); use zero 1 (--use-distributed-optimizer)")
+    out = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--num-attention-heads", m.heads]
+    if m.kv_heads != m.heads:
+        out += ["--group-query-attention", "--num-query-groups", m.kv_heads]
+    out += ["--ffn-hidden-size", m.ffn_hidden]
+    if m.gated_mlp:
+        out += ["--swiglu"]
+    out += ["--vocab-size", m.vocab, "--seq-length", m.seq_len, "--max-position-embeddings", m.seq_len]
+    if not m.tied_embeddings:
+        out += ["--untie-embeddings-and-output-weights"]
+    drop = "0.1" if t.dropout else "0.0"
+    out += ["--attention-dropout", drop, "--hidden-dropout", drop]
+    out += ["--attention-backend", "flash" if t.attention == "flash" else "unfused"]
+    out += ["--micro-batch-size", pl.microbatch, "--global-batch-size", t.global_batch]
+    if t.tokens is not None:
+        out += ["--train-samples", int(-(-t.tokens // m.seq_len))]
+    out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[t.precision]
+    out += ["--tensor-model-parallel-size", pl.tp, "--pipeline-model-parallel-size", pl.pp]
+    if pl.interleave > 1:
+        out += ["--num-layers-per-virtual-pipeline-stage", m.layers // (pl.pp * pl.interleave)]
+    out += ["--context-parallel-size", pl.cp]
+    if pl.sequence_parallel:
+        out += ["--sequence-parallel"]
+    if pl.recompute == "selective":
+        out += ["--recompute-granularity", "selective"]
+    elif pl.recompute == "full":
+        out += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
+    if pl.zero == 1:
+        out += ["--use-distributed-optimizer"]
+    elif pl.zero >= 2:
+        out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _SHARDING[pl.zero]]
+    group = hybrid(sc, lay["dp"])
+    if group is not None:
+        out += ["--num-distributed-optimizer-instances", lay["dp"] // group]
+        if pl.zero >= 2:
+            out += ["--outer-dp-sharding-strategy", "no_shard"]
+    if pl.overlap_grad_reduce:
+        out += ["--overlap-grad-reduce"]
+    if pl.tp_comm_overlap:
+        out += ["--tp-comm-overlap"]
+    return [str(x) for x in out]
+
+
+def export(sc: Scenario) -> str:
+    """``torchrun ... pretrain_gpt.py`` with the flags, one per line (shell continuation)."""
+    lay = layout(sc, "Megatron-LM")
+    toks = flags(sc)
+    lines, i = [], 0
+    while i < len(toks):
+        if i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+            lines.append(f"{toks[i]} {shlex.quote(toks[i + 1])}")
+            i += 2
+        else:
+            lines.append(toks[i])
+            i += 1
+    head = (f"# {VERSION}: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}; add data, tokenizer and "
+            "optimizer flags\n"
+            f"torchrun --nnodes {lay['nodes']} --nproc-per-node {lay['gpus_per_node']} pretrain_gpt.py")
+    return " \\\n    ".join([head] + lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------- plan in
+#: Flags taking a value that this parser reads (all other value flags are skipped with their value).
+_VALUE = {
+    "--num-layers", "--hidden-size", "--num-attention-heads", "--num-query-groups", "--ffn-hidden-size",
+    "--vocab-size", "--seq-length", "--max-position-embeddings", "--attention-dropout", "--hidden-dropout",
+    "--attention-backend", "--micro-batch-size", "--global-batch-size", "--train-samples", "--train-iters",
+    "--fp8-format", "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank", "--recompute-granularity",
+    "--recompute-method", "--recompute-num-layers", "--data-parallel-sharding-strategy",
+    "--num-distributed-optimizer-instances", "--outer-dp-sharding-strategy", "--expert-model-parallel-size",
+    "--num-experts", "--nproc-per-node", "--nproc_per_node", "--nnodes", "--transformer-impl",
+    "--normalization", "--position-embedding-type", "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout",
+}
+#: Flags that change the model or plan in ways cosearch does not model -> refused.
+_UNSUPPORTED = {
+    "--num-experts": "mixture-of-experts layers are not modelled (dense decoder only)",
+    "--expert-model-parallel-size": "expert parallelism is not modelled (dense decoder only)",
+    "--multi-latent-attention": "multi-latent attention is not modelled",
+    "--decoder-first-pipeline-num-layers": "uneven pipeline stages are not modelled",
+    "--decoder-last-pipeline-num-layers": "uneven pipeline stages are not modelled",
+    "--pipeline-model-parallel-layout": "custom pipeline layouts are not modelled",
+    "--cpu-offloading": "activation CPU offloading is not mapped",
+    "--optimizer-cpu-offload": "optimizer CPU offloading is not mapped",
+    "--use-torch-fsdp2": "torch FSDP2 inside Megatron is not mapped; use --use-megatron-fsdp",
+}
+
+
+def _tokens(args: str | list[str]) -> dict[str, Any]:
+    toks = shlex.split(args.replace("\\\n", " ")) if isinstance(args, str) else list(args)
+    seen: dict[str, Any] = {}
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        i += 1
+        if not tok.startswith("--"):
+            continue  # launcher, script name, values of skipped flags
+        name, eq, val = tok.partition("=")
+        if eq:
+            seen[name] = val
+        elif name in _VALUE or (i < len(toks) and not toks[i].startswith("-") and name not in _SWITCHES):
+            if i >= len(toks):
+                raise CosearchError(name, "expects a value")
+            seen[name] = toks[i]
+            i += 1
+        else:
+            seen[name] = True
+    return seen
+
+
+#: Switches (store_true) read here, so an argument after one is not taken for its value.
+_SWITCHES = {
+    "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--bf16", "--fp16",
+    "--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp", "--use-custom-fsdp",
+    "--overlap-grad-reduce", "--tp-comm-overlap", "--recompute-activations", "--use-flash-attn",
+    "--multi-latent-attention", "--cpu-offloading", "--optimizer-cpu-offload", "--use-torch-fsdp2",
+    "--no-overlap-grad-reduce", "--use-mcore-models", "--disable-bias-linear", "--overlap-param-gather",
+}
+
+
+def _int(seen: Mapping[str, Any], flag: str, default: int | None = None) -> int | None:
+    v = seen.get(flag)
+    if v is None:
+        return default
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise CosearchError(flag, f"expects an integer (got {v!r})") from None
+
+
+def _float(seen: Mapping[str, Any], flag: str, default: float) -> float:
+    v = seen.get(flag)
+    try:
+        return default if v is None else float(v)
+    except (TypeError, ValueError):
+        raise CosearchError(flag, f"expects a number (got {v!r})") from None
+
+
+def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) -> Scenario:
+    """A :class:`Scenario` from a Megatron-LM command line (the inverse of :func:`flags`).
+
+    Required: ``--num-layers --hidden-size --num-attention-heads --seq-length --micro-batch-size
+    --vocab-size`` and a precision (``--bf16``/``--fp16``; ``--fp8-format`` makes it fp8). The
+    cluster (``gpu`` and ``gpus``, optionally the hardware overrides) comes from ``cluster``;
+    ``gpus`` may instead come from a ``torchrun --nproc-per-node P --nnodes N`` prefix. Megatron
+    defaults apply to the rest (``--ffn-hidden-size`` 4h, or int(8h/3 / 64) * 64 with ``--swiglu``;
+    dropout 0.1; global batch = micro batch x dp). Flags that do not change the performance
+    model (data, tokenizer, optimizer, logging) are skipped; MoE, MLA, uneven pipeline stages and
+    CPU offloading are refused.
+    """
+    seen = _tokens(args)
+    for flag, why in _UNSUPPORTED.items():
+        v = seen.get(flag)
+        if v is None or (flag == "--expert-model-parallel-size" and str(v) == "1"):
+            continue
+        raise CosearchError(flag, why)
+    for flag in ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--micro-batch-size"):
+        if flag not in seen:
+            raise CosearchError(flag, "required to describe the job (Megatron-LM has no default for it)")
+    if "--vocab-size" not in seen:
+        raise CosearchError("--vocab-size", "required: Megatron-LM reads the vocabulary from the tokenizer, which "
+                            "cosearch does not load; add --vocab-size N")
+    layers, hidden, heads = _int(seen, "--num-layers"), _int(seen, "--hidden-size"), _int(seen, "--num-attention-heads")
+    seq = _int(seen, "--seq-length")
+    gated = "--swiglu" in seen
+    ffn = _int(seen, "--ffn-hidden-size", int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden)
+    kv = _int(seen, "--num-query-groups", 1) if "--group-query-attention" in seen else heads
+    model = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv, "ffn_hidden": ffn, "gated_mlp": gated,
+             "vocab": _int(seen, "--vocab-size"), "seq_len": seq,
+             "tied_embeddings": "--untie-embeddings-and-output-weights" not in seen}
+
+    if "--fp8-format" in seen:
+        precision = "fp8"
+    elif "--bf16" in seen:
+        precision = "bf16"
+    elif "--fp16" in seen:
+        precision = "fp16"
+    else:
+        raise CosearchError("--bf16", "no precision flag: cosearch models bf16, fp16 and fp8 (--fp8-format) "
+                            "training, not fp32; add --bf16 or --fp16")
+    backend = str(seen.get("--attention-backend", "auto"))
+    if backend not in ("auto", "flash", "fused", "unfused", "local"):
+        raise CosearchError("--attention-backend", f"unknown backend {backend!r}")
+    attention = "standard" if backend in ("unfused", "local") else "flash"
+    dropout = _float(seen, "--attention-dropout", 0.1) > 0 or _float(seen, "--hidden-dropout", 0.1) > 0
+
+    tp = _int(seen, "--tensor-model-parallel-size", 1)
+    pp = _int(seen, "--pipeline-model-parallel-size", 1)
+    cp = _int(seen, "--context-parallel-size", 1)
+    interleave = 1
+    if "--num-virtual-stages-per-pipeline-rank" in seen:
+        interleave = _int(seen, "--num-virtual-stages-per-pipeline-rank")
+    elif "--num-layers-per-virtual-pipeline-stage" in seen:
+        per = _int(seen, "--num-layers-per-virtual-pipeline-stage")
+        if per <= 0 or layers % (pp * per):
+            raise CosearchError("--num-layers-per-virtual-pipeline-stage", f"{per} does not divide the "
+                                f"{layers / pp:g} layers per pipeline stage")
+        interleave = layers // (pp * per)
+    gran = seen.get("--recompute-granularity")
+    if gran is None and "--recompute-activations" in seen:
+        gran = "selective"
+    if gran not in (None, "selective", "full"):
+        raise CosearchError("--recompute-granularity", f"expects selective or full (got {gran!r})")
+    if gran == "full":
+        method, n = seen.get("--recompute-method"), _int(seen, "--recompute-num-layers", 1)
+        if method not in ("uniform", None) or n != 1:
+            raise CosearchError("--recompute-method", "cosearch models full recompute of every layer "
+                                "(--recompute-method uniform --recompute-num-layers 1)")
+    zero = 0
+    if "--use-distributed-optimizer" in seen:
+        zero = 1
+    if "--use-megatron-fsdp" in seen or "--use-custom-fsdp" in seen:
+        strategy = str(seen.get("--data-parallel-sharding-strategy", "optim_grads_params"))
+        levels = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+        if strategy not in levels:
+            raise CosearchError("--data-parallel-sharding-strategy", f"expects one of {', '.join(levels)} "
+                                f"(got {strategy!r})")
+        zero = levels[strategy]
+
+    cl = dict(cluster or {})
+    if "gpus" not in cl and ("--nproc-per-node" in seen or "--nproc_per_node" in seen):
+        per_node = _int(seen, "--nproc-per-node", None) or _int(seen, "--nproc_per_node")
+        cl["gpus"] = per_node * _int(seen, "--nnodes", 1)
+        cl.setdefault("gpus_per_node", per_node)
+    if "gpu" not in cl:
+        raise CosearchError("--gpu", "required: the GPU model is not in Megatron-LM's arguments (e.g. --gpu h100-sxm)")
+    if "gpus" not in cl:
+        raise CosearchError("--gpus", "required: the world size is the launcher's, not Megatron-LM's "
+                            "(give --gpus N or a torchrun --nproc-per-node/--nnodes prefix)")
+    gpus = int(cl["gpus"])
+    if gpus % (tp * pp * cp):
+        raise CosearchError("--gpus", f"{gpus} GPUs are not a multiple of tp*pp*cp = {tp * pp * cp}")
+    dp = gpus // (tp * pp * cp)
+    micro = _int(seen, "--micro-batch-size")
+    plan: dict[str, Any] = {
+        "tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave,
+        "recompute": gran or "none", "sequence_parallel": "--sequence-parallel" in seen, "zero": zero,
+        "overlap_grad_reduce": "--overlap-grad-reduce" in seen, "tp_comm_overlap": "--tp-comm-overlap" in seen,
+    }
+    instances = _int(seen, "--num-distributed-optimizer-instances", 1)
+    if instances > 1:
+        if dp % instances:
+            raise CosearchError("--num-distributed-optimizer-instances", f"{instances} does not divide dp = {dp}")
+        plan["zero_group"] = dp // instances
+    global_batch = _int(seen, "--global-batch-size", micro * dp)
+    training: dict[str, Any] = {"global_batch": global_batch, "precision": precision, "attention": attention,
+                                "dropout": dropout}
+    if "--train-samples" in seen:
+        training["tokens"] = float(_int(seen, "--train-samples") * seq)
+    elif "--train-iters" in seen:
+        training["tokens"] = float(_int(seen, "--train-iters") * global_batch * seq)
+    return parse_scenario({"model": model, "training": training, "cluster": cl, "plan": plan})

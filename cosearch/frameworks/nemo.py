@@ -1,0 +1,79 @@
+"""NeMo 2 recipe overrides (NeMo-Run CLI ``key=value`` arguments of ``nemo llm pretrain``).
+
+Follows **NeMo 2 (NeMo Framework 25.04)** recipe attributes: ``trainer`` (a ``nl.Trainer``) with
+``trainer.strategy`` a ``nl.MegatronStrategy`` (``tensor_model_parallel_size``,
+``pipeline_model_parallel_size``, ``virtual_pipeline_model_parallel_size``,
+``context_parallel_size``, ``sequence_parallel``) and ``trainer.strategy.ddp`` a Megatron-Core
+``DistributedDataParallelConfig`` (``overlap_grad_reduce``); ``trainer.plugins`` a precision
+factory of ``nemo.collections.llm.recipes.precision.mixed_precision`` (``bf16_mixed``,
+``fp16_mixed``, ``bf16_with_fp8_mixed``); ``data`` (``micro_batch_size``, ``global_batch_size``,
+``seq_length``); ``model.config`` a Megatron-Core ``TransformerConfig``/``GPTConfig``
+(``num_layers``, ``hidden_size``, ``num_attention_heads``, ``num_query_groups``,
+``ffn_hidden_size``, ``gated_linear_unit``, ``share_embeddings_and_output_weights``,
+``vocab_size``, ``seq_length``, ``attention_dropout``, ``hidden_dropout``,
+``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``, ``tp_comm_overlap``);
+``optim.config.use_distributed_optimizer`` (ZeRO-1).
+
+Refused: zero 2/3 and hybrid sharding (this export maps only NeMo's distributed optimizer),
+offload, the Triton attention kernel. Pick the recipe (``--factory``) whose architecture family
+matches (normalization, positional embedding are not cosearch fields).
+"""
+from __future__ import annotations
+
+from ..scenario import Scenario
+from ._common import hybrid, layout, refuse, train_steps
+
+VERSION = "NeMo 2 (NeMo Framework 25.04)"
+
+
+def overrides(sc: Scenario) -> list[str]:
+    lay = layout(sc, "NeMo")
+    m, t, pl = sc.model, sc.training, sc.plan
+    if pl.zero >= 2:
+        raise refuse("plan.zero", f"zero {pl.zero}: this NeMo export maps only the distributed optimizer (zero 1)")
+    if hybrid(sc, lay["dp"]) is not None:
+        raise refuse("plan.zero_group", "hybrid sharding (distributed-optimizer instances) is not mapped for NeMo")
+    if pl.offload != "none":
+        raise refuse("plan.offload", f"{pl.offload!r}: no NeMo offload setting is mapped; use 'none'")
+    if t.attention == "triton":
+        raise refuse("training.attention", "NeMo (Megatron-Core) has no Triton flash-attention backend")
+    vp = "null" if pl.interleave == 1 else str(pl.interleave)
+    plugin = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_mixed"}[t.precision]
+    drop = "0.1" if t.dropout else "0.0"
+    b = lambda x: "true" if x else "false"  # noqa: E731
+    out = [
+        f"trainer.num_nodes={lay['nodes']}", f"trainer.devices={lay['gpus_per_node']}",
+        f"trainer.strategy.tensor_model_parallel_size={pl.tp}",
+        f"trainer.strategy.pipeline_model_parallel_size={pl.pp}",
+        f"trainer.strategy.virtual_pipeline_model_parallel_size={vp}",
+        f"trainer.strategy.context_parallel_size={pl.cp}",
+        f"trainer.strategy.sequence_parallel={b(pl.sequence_parallel)}",
+        f"trainer.strategy.ddp.overlap_grad_reduce={b(pl.overlap_grad_reduce)}",
+        f"trainer.plugins={plugin}",
+        f"optim.config.use_distributed_optimizer={b(pl.zero == 1)}",
+        f"data.micro_batch_size={pl.microbatch}", f"data.global_batch_size={t.global_batch}",
+        f"data.seq_length={m.seq_len}",
+        f"model.config.num_layers={m.layers}", f"model.config.hidden_size={m.hidden}",
+        f"model.config.num_attention_heads={m.heads}", f"model.config.num_query_groups={m.kv_heads}",
+        f"model.config.ffn_hidden_size={m.ffn_hidden}", f"model.config.gated_linear_unit={b(m.gated_mlp)}",
+        f"model.config.share_embeddings_and_output_weights={b(m.tied_embeddings)}",
+        f"model.config.vocab_size={m.vocab}", f"model.config.seq_length={m.seq_len}",
+        f"model.config.attention_dropout={drop}", f"model.config.hidden_dropout={drop}",
+        f"model.config.tp_comm_overlap={b(pl.tp_comm_overlap)}",
+    ]
+    if pl.recompute == "selective":
+        out.append("model.config.recompute_granularity=selective")
+    elif pl.recompute == "full":
+        out += ["model.config.recompute_granularity=full", "model.config.recompute_method=uniform",
+                "model.config.recompute_num_layers=1"]
+    steps = train_steps(sc)
+    if steps is not None:
+        out.append(f"trainer.max_steps={steps}")
+    return out
+
+
+def export(sc: Scenario) -> str:
+    ov = overrides(sc)
+    head = (f"# {VERSION}: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}; choose the recipe factory of "
+            "your model family\nnemo llm pretrain --factory RECIPE")
+    return " \\\n    ".join([head] + [f"{o}" for o in ov]) + "\n"

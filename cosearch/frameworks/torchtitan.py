@@ -1,0 +1,174 @@
+"""A torchtitan job TOML (``torchtitan/train.py --job.config_file``).
+
+Follows **torchtitan v0.1.0** ``torchtitan/config/job_config.py``:
+``[parallelism]`` ``data_parallel_replicate_degree``, ``data_parallel_shard_degree``,
+``fsdp_reshard_after_forward`` (``"default"``/``"never"``), ``tensor_parallel_degree``,
+``enable_async_tensor_parallel``, ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``
+(``1F1B`` / ``Interleaved1F1B``), ``pipeline_parallel_layers_per_stage``,
+``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[training]``
+``local_batch_size``, ``global_batch_size``, ``seq_len``, ``steps``, ``mixed_precision_param``;
+``[activation_checkpoint] mode`` (``none``/``selective``/``full``, ``selective_ac_option = "op"``);
+``[model] converters = ["float8"]`` with ``[float8]`` for fp8.
+
+Mapping of the data-parallel sharding: zero 0 -> DDP (replicate = dp); zero 2 -> FSDP2 with
+``fsdp_reshard_after_forward = "never"`` (parameters stay gathered between forward and backward);
+zero 3 -> FSDP2 (reshard after forward); ``zero_group`` -> HSDP (shard = zero_group, replicate =
+dp / zero_group). Batches: without pipeline parallelism ``local_batch_size`` is the micro-batch
+and torchtitan accumulates ``global / (local x dp)`` steps; with it ``local_batch_size`` is the
+per-replica batch and ``pipeline_parallel_microbatch_size`` the micro-batch.
+
+Refused: zero 1 (torchtitan has no optimizer-only sharding), fp16 (torchtitan trains in bf16 or
+fp32), tensor parallelism without sequence parallelism (torchtitan's TP always shards norms over
+the sequence), the Triton attention kernel, dropout, offload. The model architecture is torchtitan's
+``[model] name/flavor``, not a TOML shape: the export states the shape in a comment.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..scenario import Scenario
+from ._common import hybrid, layout, refuse, train_steps
+
+VERSION = "torchtitan v0.1.0"
+
+
+def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
+    lay = layout(sc, "torchtitan")
+    m, t, pl = sc.model, sc.training, sc.plan
+    dp = lay["dp"]
+    if pl.zero == 1:
+        raise refuse("plan.zero", "zero 1: torchtitan has no optimizer-only sharding; use 0 (DDP), 2 or 3 (FSDP2)")
+    if t.precision == "fp16":
+        raise refuse("training.precision", "fp16: torchtitan's mixed_precision_param is bfloat16 or float32")
+    if pl.tp > 1 and not pl.sequence_parallel:
+        raise refuse("plan.sequence_parallel", "torchtitan's tensor parallelism always runs sequence parallel; set "
+                     "sequence_parallel: true")
+    if t.attention == "triton":
+        raise refuse("training.attention", "torchtitan uses PyTorch SDPA / flex attention, not the Triton kernel")
+    if t.dropout:
+        raise refuse("training.dropout", "torchtitan's models train without dropout")
+    if pl.offload != "none":
+        raise refuse("plan.offload", f"{pl.offload!r}: no torchtitan offload setting is mapped; use 'none'")
+    group = hybrid(sc, dp)
+    par: dict[str, Any] = {}
+    if pl.zero == 0:
+        par.update(data_parallel_replicate_degree=dp, data_parallel_shard_degree=1)
+    else:
+        shard = group or dp
+        par.update(data_parallel_replicate_degree=dp // shard, data_parallel_shard_degree=shard,
+                   fsdp_reshard_after_forward="never" if pl.zero == 2 else "default")
+    par.update(tensor_parallel_degree=pl.tp, enable_async_tensor_parallel=bool(pl.tp_comm_overlap and pl.tp > 1),
+               pipeline_parallel_degree=pl.pp, context_parallel_degree=pl.cp)
+    training: dict[str, Any] = {"global_batch_size": t.global_batch, "seq_len": m.seq_len,
+                                "mixed_precision_param": "bfloat16"}
+    if pl.pp > 1:
+        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if pl.interleave > 1 else "1F1B"
+        par["pipeline_parallel_layers_per_stage"] = m.layers // (pl.pp * pl.interleave)
+        par["pipeline_parallel_microbatch_size"] = pl.microbatch
+        training["local_batch_size"] = t.global_batch // dp
+    else:
+        training["local_batch_size"] = pl.microbatch
+    steps = train_steps(sc)
+    if steps is not None:
+        training["steps"] = steps
+    ac: dict[str, Any] = {"mode": pl.recompute}
+    if pl.recompute == "selective":
+        ac["selective_ac_option"] = "op"
+    out = {"parallelism": par, "training": training, "activation_checkpoint": ac}
+    if t.precision == "fp8":
+        out["model"] = {"converters": ["float8"]}
+        out["float8"] = {"enable_fsdp_float8_all_gather": pl.zero >= 2}
+    return out
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
+def export(sc: Scenario) -> str:
+    m = sc.model
+    lines = [f"# {VERSION} job config: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}",
+             f"# model shape (set [model] name/flavor to match): layers={m.layers} hidden={m.hidden} heads={m.heads} "
+             f"kv_heads={m.kv_heads} ffn_hidden={m.ffn_hidden} gated_mlp={m.gated_mlp} vocab={m.vocab} "
+             f"tied_embeddings={m.tied_embeddings}"]
+    for name, body in sections(sc).items():
+        lines += ["", f"[{name}]"] + [f"{k} = {_value(v)}" for k, v in body.items()]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------- plan in
+def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
+    """A :class:`Scenario` from a torchtitan job TOML (the inverse of :func:`export`).
+
+    torchtitan names its architecture (``[model] name/flavor``) instead of writing the shape,
+    so ``model`` (a cosearch preset name or a model mapping) is required, as is the cluster
+    (``gpu`` and ``gpus``). torchtitan defaults apply to absent keys (degrees 1, shard degree -1 =
+    the remaining GPUs, global batch = local batch x dp, activation checkpointing selective).
+    """
+    import tomllib
+
+    from ..errors import CosearchError
+    from ..presets import preset
+    from ..scenario import parse_scenario
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise CosearchError("--torchtitan-toml", f"malformed TOML: {err}") from None
+    m = preset(model) if isinstance(model, str) else dict(model)
+    if "gpu" not in cluster or "gpus" not in cluster:
+        raise CosearchError("--gpus" if "gpu" in cluster else "--gpu", "required with --torchtitan-toml (the TOML "
+                            "does not name the GPU model or the world size)")
+    par, tr = doc.get("parallelism", {}), doc.get("training", {})
+    ac = doc.get("activation_checkpoint", {})
+    gpus = int(cluster["gpus"])
+    tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                                                "context_parallel_degree"))
+    rep = int(par.get("data_parallel_replicate_degree", 1))
+    shard = int(par.get("data_parallel_shard_degree", -1))
+    if shard == -1:
+        shard = gpus // (rep * tp * pp * cp)
+    dp = rep * shard
+    if dp * tp * pp * cp != gpus:
+        raise CosearchError("[parallelism]", f"degrees multiply to {dp * tp * pp * cp}, cluster has {gpus} GPUs")
+    if shard == 1:
+        zero, group = 0, None
+    else:
+        zero = 2 if par.get("fsdp_reshard_after_forward", "default") == "never" else 3
+        group = shard if rep > 1 else None
+    local = int(tr.get("local_batch_size", 8))
+    gb = int(tr.get("global_batch_size", -1))
+    gb = local * dp if gb == -1 else gb
+    interleave = 1
+    if pp > 1:
+        micro = int(par.get("pipeline_parallel_microbatch_size", 1))
+        lps = par.get("pipeline_parallel_layers_per_stage")
+        if lps is not None:
+            if m["layers"] % (pp * int(lps)):
+                raise CosearchError("pipeline_parallel_layers_per_stage", f"{lps} does not divide the layers per rank")
+            interleave = m["layers"] // (pp * int(lps))
+        elif "Interleaved" in str(par.get("pipeline_parallel_schedule", "1F1B")):
+            raise CosearchError("pipeline_parallel_layers_per_stage", "required with an interleaved schedule")
+    else:
+        micro = local
+    converters = doc.get("model", {}).get("converters", [])
+    if str(tr.get("mixed_precision_param", "bfloat16")) != "bfloat16":
+        raise CosearchError("mixed_precision_param", "cosearch models bf16 (and fp8) torchtitan training, not fp32")
+    precision = "fp8" if "float8" in converters else "bf16"
+    mode = str(ac.get("mode", "selective"))
+    if mode not in ("none", "selective", "full"):
+        raise CosearchError("activation_checkpoint.mode", f"expects none, selective or full (got {mode!r})")
+    m["seq_len"] = int(tr.get("seq_len", m.get("seq_len", 2048)))
+    training: dict[str, Any] = {"global_batch": gb, "precision": precision}
+    if "steps" in tr:
+        training["tokens"] = float(int(tr["steps"]) * gb * m["seq_len"])
+    plan = {"tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave, "recompute": mode,
+            "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
+            "tp_comm_overlap": bool(par.get("enable_async_tensor_parallel", False))}
+    return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})

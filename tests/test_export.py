@@ -1,0 +1,267 @@
+"""Plans out as framework launch arguments (cosearch.frameworks, `cosearch export`) and Megatron-LM /
+torchtitan launches back in (`cosearch estimate --megatron-args / --torchtitan-toml`)."""
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+from cosearch import CosearchError
+from cosearch.cli import main
+from cosearch.frameworks import deepspeed, export, megatron, torchtitan
+from cosearch.scenario import parse_scenario
+
+#: Top-level, zero_optimization and sub-section keys documented at
+#: https://www.deepspeed.ai/docs/config-json/ (Batch Size, FP16/BF16, ZeRO Optimizations,
+#: Parameter/Optimizer offloading, Activation Checkpointing sections).
+DEEPSPEED_KEYS = {
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
+    "communication_data_type", "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "fp16", "bf16",
+    "amp", "gradient_clipping", "zero_optimization", "zero_allow_untested_optimizer", "activation_checkpointing",
+    "steps_per_print", "wall_clock_breakdown", "dump_state", "flops_profiler", "data_efficiency",
+}
+DEEPSPEED_SUBKEYS = {
+    "zero_optimization": {
+        "stage", "allgather_partitions", "allgather_bucket_size", "overlap_comm", "reduce_scatter",
+        "reduce_bucket_size", "contiguous_gradients", "load_from_fp32_weights", "grad_hooks", "round_robin_gradients",
+        "offload_param", "offload_optimizer", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+        "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "sub_group_size", "elastic_checkpoint",
+        "stage3_gather_16bit_weights_on_model_save", "ignore_unused_parameters", "zero_hpz_partition_size",
+        "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size"},
+    "offload_optimizer": {"device", "nvme_path", "pin_memory", "ratio", "buffer_count", "fast_init"},
+    "offload_param": {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"},
+    "fp16": {"enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+             "consecutive_hysteresis", "min_loss_scale"},
+    "bf16": {"enabled"},
+    "activation_checkpointing": {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+                                 "number_checkpoints", "synchronize_checkpoint_boundary", "profile"},
+}
+
+LLAMA_70B = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672, "gated_mlp": True,
+             "vocab": 128256, "seq_len": 8192, "tied_embeddings": False}
+
+
+def scenario(model=None, training=None, cluster=None, **plan):
+    return parse_scenario({
+        "model": model or dict(LLAMA_70B),
+        "training": {"global_batch": 512, "precision": "bf16", "tokens": 512 * 8192 * 1000.0, **(training or {})},
+        "cluster": cluster or {"gpu": "h100-sxm", "gpus": 256},
+        "plan": plan,
+    })
+
+
+ROUND_TRIP = {
+    "gqa-swiglu-interleave-selective": scenario(tp=8, pp=4, interleave=5, microbatch=1, recompute="selective",
+                                                sequence_parallel=True, zero=1, tp_comm_overlap=True),
+    "cp-fp8-full": scenario(training={"precision": "fp8"}, tp=4, pp=2, cp=2, microbatch=2, recompute="full",
+                            sequence_parallel=True, zero=1),
+    "gpt3-tied-dropout-standard": parse_scenario({
+        "model": "gpt3-175b", "training": {"global_batch": 1536, "precision": "fp16", "dropout": True,
+                                           "attention": "standard"},
+        "cluster": {"gpu": "a100-80gb", "gpus": 1024},
+        "plan": {"tp": 8, "pp": 16, "interleave": 2, "microbatch": 1, "overlap_grad_reduce": False}}),
+    "fsdp-hybrid": scenario(tp=2, zero=3, zero_group=16, microbatch=1, recompute="full", sequence_parallel=True),
+    "zero2-ddp-no-tokens": scenario(training={"tokens": None}, tp=1, zero=2, microbatch=2),
+    "distopt-instances": scenario(tp=8, pp=2, zero=1, zero_group=4, sequence_parallel=True),
+}
+
+
+def _same(a, b):
+    da, db = a.model_dump(), b.model_dump()
+    for d, sc in ((da, a), (db, b)):  # dp: explicit or derived, the same number
+        d["plan"]["dp"] = sc.plan.dp or sc.cluster.gpus // (sc.plan.tp * sc.plan.pp * sc.plan.cp)
+    assert da == db
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIP))
+def test_megatron_flags_round_trip(name):
+    sc = ROUND_TRIP[name]
+    cluster = sc.cluster.model_dump(exclude_none=True)
+    _same(sc, megatron.parse_args(megatron.flags(sc), cluster))
+    # the full exported text (torchrun prefix, continuations, comment) parses too
+    text = "\n".join(line for line in megatron.export(sc).splitlines() if not line.startswith("#"))
+    _same(sc, megatron.parse_args(text, cluster))
+
+
+def test_megatron_flag_names_and_values():
+    toks = megatron.flags(ROUND_TRIP["gqa-swiglu-interleave-selective"])
+    line = " ".join(toks)
+    for expected in ("--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 4",
+                     "--num-layers-per-virtual-pipeline-stage 4", "--context-parallel-size 1",
+                     "--group-query-attention --num-query-groups 8", "--swiglu", "--ffn-hidden-size 28672",
+                     "--untie-embeddings-and-output-weights", "--recompute-granularity selective",
+                     "--sequence-parallel", "--use-distributed-optimizer", "--tp-comm-overlap", "--overlap-grad-reduce",
+                     "--micro-batch-size 1", "--global-batch-size 512", "--seq-length 8192", "--bf16"):
+        assert expected in line
+    full = " ".join(megatron.flags(ROUND_TRIP["cp-fp8-full"]))
+    assert "--fp8-format hybrid" in full and "--context-parallel-size 2" in full
+    assert "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1" in full
+
+
+def test_megatron_parse_defaults_and_torchrun_world_size():
+    sc = megatron.parse_args("torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py --num-layers 24 --hidden-size 2048 "
+                             "--num-attention-heads 16 --seq-length 4096 --micro-batch-size 2 --vocab-size 50304 "
+                             "--swiglu --bf16 --data-path /data/x --lr 3e-4 --tensor-model-parallel-size 2",
+                             {"gpu": "h100-sxm"})
+    assert sc.cluster.gpus == 32 and sc.cluster.gpus_per_node == 8
+    assert sc.model.ffn_hidden == int(4 * 2048 * 2 / 3 / 64) * 64  # Megatron's SwiGLU default
+    assert sc.model.kv_heads == 16 and sc.training.dropout is True  # Megatron default dropout 0.1
+    assert sc.training.global_batch == 2 * 16  # micro x dp
+    assert sc.plan.tp == 2 and sc.plan.zero == 0 and sc.plan.overlap_grad_reduce is False
+
+
+@pytest.mark.parametrize("args, field", [
+    ("--hidden-size 8 --num-attention-heads 1 --seq-length 8 --micro-batch-size 1 --vocab-size 8 --bf16", "--num-layers"),
+    ("--num-layers 2 --hidden-size 8 --num-attention-heads 1 --seq-length 8 --micro-batch-size 1 --bf16", "--vocab-size"),
+    ("--num-layers 2 --hidden-size 8 --num-attention-heads 1 --seq-length 8 --micro-batch-size 1 --vocab-size 8", "--bf16"),
+    ("--num-layers 2 --hidden-size 8 --num-attention-heads 1 --seq-length 8 --micro-batch-size 1 --vocab-size 8 --bf16 "
+     "--num-experts 8", "--num-experts"),
+])
+def test_megatron_parse_refusals_name_the_flag(args, field):
+    with pytest.raises(CosearchError) as err:
+        megatron.parse_args(args, {"gpu": "h100-sxm", "gpus": 8})
+    assert err.value.field == field and "\n" not in str(err.value)
+
+
+def _walk_keys(cfg, section="top"):
+    allowed = DEEPSPEED_KEYS if section == "top" else DEEPSPEED_SUBKEYS[section]
+    assert set(cfg) <= allowed, set(cfg) - allowed
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            _walk_keys(v, k)
+
+
+@pytest.mark.parametrize("plan", [
+    {"zero": 0, "microbatch": 4}, {"zero": 1, "microbatch": 1}, {"zero": 2, "microbatch": 2, "recompute": "full"},
+    {"zero": 3, "microbatch": 1, "offload": "optimizer+weights"}, {"zero": 2, "microbatch": 2, "offload": "optimizer"},
+])
+def test_deepspeed_json_keys_documented_and_batch_arithmetic(plan):
+    sc = scenario(cluster={"gpu": "h100-sxm", "gpus": 64}, **plan)
+    cfg = json.loads(export(sc, "deepspeed"))
+    _walk_keys(cfg)
+    dp = 64
+    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * dp
+    assert cfg["train_batch_size"] == 512 and cfg["zero_optimization"]["stage"] == plan["zero"]
+    assert cfg["bf16"]["enabled"] is True and cfg["fp16"]["enabled"] is False
+
+
+@pytest.mark.parametrize("fmt, sc, field", [
+    ("deepspeed", scenario(tp=8), "plan.tp"),
+    ("deepspeed", scenario(pp=2), "plan.pp"),
+    ("deepspeed", scenario(cp=2), "plan.cp"),
+    ("deepspeed", scenario(zero=3, zero_group=8), "plan.zero_group"),
+    ("megatron", scenario(pp=4, zero=3), "plan.zero"),
+    ("megatron", scenario(pp=4, interleave=3), "plan.interleave"),
+    ("megatron", scenario(tp=8, tp_collective="ring"), "plan.tp_collective"),
+    ("megatron", scenario(tp=8, offload="optimizer"), "plan.offload"),
+    ("megatron", scenario(tp=3), "plan"),
+    ("megatron", scenario(training={"global_batch": 100}), "training.global_batch"),
+    ("nemo", scenario(zero=3), "plan.zero"),
+    ("torchtitan", scenario(zero=1), "plan.zero"),
+    ("torchtitan", scenario(tp=8, zero=3), "plan.sequence_parallel"),
+    ("torchtitan", scenario(training={"precision": "fp16"}, zero=3), "training.precision"),
+])
+def test_refused_plans_name_the_field(fmt, sc, field):
+    with pytest.raises(CosearchError) as err:
+        export(sc, fmt)
+    assert err.value.field == field and "\n" not in str(err.value) and err.value.message
+
+
+def test_nemo_overrides():
+    text = export(ROUND_TRIP["gqa-swiglu-interleave-selective"], "nemo")
+    for expected in ("trainer.strategy.tensor_model_parallel_size=8", "trainer.strategy.pipeline_model_parallel_size=4",
+                     "trainer.strategy.virtual_pipeline_model_parallel_size=5", "trainer.strategy.sequence_parallel=true",
+                     "optim.config.use_distributed_optimizer=true", "data.global_batch_size=512",
+                     "model.config.num_query_groups=8", "model.config.gated_linear_unit=true",
+                     "model.config.recompute_granularity=selective", "trainer.num_nodes=32", "trainer.devices=8"):
+        assert expected in text
+
+
+@pytest.mark.parametrize("plan", [
+    {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 3, "recompute": "selective", "sequence_parallel": True},
+    {"tp": 2, "cp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True},
+    {"microbatch": 1, "zero": 0, "recompute": "none"},
+])
+def test_torchtitan_toml_round_trip(plan):
+    import tomllib
+
+    sc = scenario(**plan)
+    text = export(sc, "torchtitan")
+    doc = tomllib.loads(text)
+    par = doc["parallelism"]
+    assert par["tensor_parallel_degree"] * par["pipeline_parallel_degree"] * par["context_parallel_degree"] * \
+        par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == 256
+    back = torchtitan.parse_toml(text, dict(LLAMA_70B), sc.cluster.model_dump(exclude_none=True))
+    _same(sc, back)
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "cosearch", *args], capture_output=True, text=True)
+
+
+def test_cli_export_and_estimate_from_megatron_args(tmp_path, capsys):
+    assert main(["export", "examples/gpt3-175b.yaml", "--format", "megatron", "--out", str(tmp_path / "m.sh")]) == 0
+    text = (tmp_path / "m.sh").read_text()
+    assert text.startswith("# Megatron-LM") and "--tensor-model-parallel-size 8" in text
+    capsys.readouterr()
+    assert main(["estimate", "--megatron-args", text.split("\n", 1)[1], "--gpu", "a100-80gb", "--json"]) == 0
+    via_args = json.loads(capsys.readouterr().out)
+    assert main(["estimate", "examples/gpt3-175b.yaml", "--json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert via_args["step_time_s"] == pytest.approx(direct["step_time_s"])
+    for fmt in ("nemo", "megatron"):
+        assert main(["export", "examples/gpt3-175b.yaml", "--format", fmt]) == 0
+
+
+def test_cli_estimate_torchtitan_and_cluster_snippet(tmp_path, capsys):
+    sc = scenario(tp=8, zero=3, sequence_parallel=True)
+    (tmp_path / "job.toml").write_text(export(sc, "torchtitan"))
+    (tmp_path / "model.yaml").write_text(json.dumps({"model": LLAMA_70B}))
+    assert main(["estimate", "--torchtitan-toml", str(tmp_path / "job.toml"), "--model", str(tmp_path / "model.yaml"),
+                 "--cluster", "{gpu: h100-sxm, gpus: 256}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["plan"]["zero"] == 3
+
+
+def test_cli_exit_codes(tmp_path):
+    r = _cli("export", "examples/gpt3-175b.yaml", "--format", "deepspeed")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "plan.tp" in r.stderr
+    r = _cli("export", "--format", "megatron")
+    assert r.returncode == 2 and "scenario" in r.stderr
+    r = _cli("export", "examples/gpt3-175b.yaml", "--format", "slurm")
+    assert r.returncode == 2
+    r = _cli("estimate", "--megatron-args", "--num-layers 2", "--gpu", "h100-sxm", "--gpus", "8")
+    assert r.returncode == 2 and "--hidden-size" in r.stderr
+    r = _cli("estimate", "examples/gpt3-175b.yaml", "--megatron-args", "--num-layers 2")
+    assert r.returncode == 2
+    r = _cli("export", "examples/gpt3-175b.yaml", "--format", "megatron")
+    assert r.returncode == 0 and "--use-distributed-optimizer" in r.stdout
+
+
+def test_cli_export_study_row(tmp_path, capsys):
+    sys.path.insert(0, "tests")
+    from _studies import make_study
+
+    journal = tmp_path / "s.journal"
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+    make_study(storage, "st", n_trials=60)
+    from cosearch.cli.export import study_scenario
+    from cosearch.study import load_study, pareto_front
+
+    front = pareto_front(load_study("st", str(journal)))
+    assert len(front)
+    done = 0
+    for rank in range(1, len(front) + 1):
+        try:
+            expected = export(study_scenario("st", str(journal), rank, None), "megatron")
+        except CosearchError:
+            continue  # a plan Megatron cannot express
+        capsys.readouterr()
+        assert main(["export", "--study", "st", "--storage", str(journal), "--rank", str(rank), "--format",
+                     "megatron"]) == 0
+        assert capsys.readouterr().out == expected
+        done += 1
+    assert done
+    with pytest.raises(CosearchError, match="--rank"):
+        study_scenario("st", str(journal), len(front) + 1, None)
