@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CosearchError
 from ..scenario import parse_scenario
+from ._limits import CHECK_ALL_CHOICES, CHECK_SPREAD
 from ._names import SECTIONS
-from ._values import _del_path, _first_value, _plain, _set_path
+from ._values import Dimension, _del_path, _first_value, _plain, _set_path
 
 if TYPE_CHECKING:
     from .space import SearchSpace
@@ -34,11 +35,13 @@ def _check_choices(space: SearchSpace) -> None:
         raise CosearchError(err.field, err.message) from None
     for d in space.dims:
         if d.path == "cluster.nodes":
-            for v in d.choices if d.choices is not None else [d.low, d.high]:
-                if not isinstance(v, int) or v <= 0:
-                    raise CosearchError(d.path, f"choice {v!r} is not allowed: must be a positive integer")
+            vals = d.choices if d.choices is not None else [d.low, d.high]
+            bad = vals[0] if vals[0] <= 0 else next((v for v in vals if type(v) is not int), None)  # sorted
+            if bad is not None:
+                v = bad
+                raise CosearchError(d.path, f"choice {v!r} is not allowed: must be a positive integer")
             continue
-        for v in (d.choices if d.choices is not None else [d.low, d.high]):
+        for v in _representatives(d):
             trial = copy.deepcopy(template)
             if d.path == "model":
                 trial["model"] = v
@@ -51,3 +54,17 @@ def _check_choices(space: SearchSpace) -> None:
             except CosearchError as err:
                 raise CosearchError(d.path, f"choice {v!r} is not allowed: {err.message}") from None
 
+
+
+def _representatives(d: Dimension) -> list[Any]:
+    """The choices of ``d`` checked against the schema: all of them for words and for short lists;
+    for a long numeric list (sorted; null first) the null, the extremes, the first non-integer
+    value and :data:`CHECK_SPREAD` evenly spaced choices (see :mod:`._limits`)."""
+    if d.choices is None:
+        return [d.low, d.high]
+    if d.kind == "categorical" or len(d.choices) <= CHECK_ALL_CHOICES:
+        return list(d.choices)
+    nums = [c for c in d.choices if c is not None]
+    picks = list(dict.fromkeys([nums[0], nums[-1]] + [nums[i * (len(nums) - 1) // CHECK_SPREAD] for i in range(CHECK_SPREAD + 1)]))
+    frac = None if d.kind == "int" else next((c for c in nums if not float(c).is_integer()), None)
+    return ([None] if d.choices[0] is None else []) + picks + ([frac] if frac is not None else [])

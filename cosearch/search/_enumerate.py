@@ -10,6 +10,7 @@ from ..errors import CosearchError
 from ..model.columns import broadcast_columns
 from ..model.feasibility import RULES, valid_mask
 from ._build import columns
+from ._limits import ENUMERATE_LIMIT
 from ._names import PRUNE_LIMIT, STRUCTURAL
 from ._values import _Cat
 
@@ -66,10 +67,14 @@ def iter_chunks(space, chunk: int = 262_144) -> Iterator[tuple[np.ndarray, dict[
         yield flat, space.assign_from_indices(space.index_grid(flat))
 
 
-def _require_finite(space, what: str) -> None:
+def _require_finite(space: "SearchSpace", what: str) -> None:
+    """A one-line error unless ``space`` can be enumerated: finite, at most :data:`ENUMERATE_LIMIT` points."""
     if not space.is_finite():
         cont = [d.path for d in space.dims if d.choices is None]
         raise CosearchError(cont[0], f"{what} needs finite choices: give the range a step")
+    if not space.size <= ENUMERATE_LIMIT:
+        raise CosearchError("space", f"{what} over {space.size:.3g} points is refused (limit {ENUMERATE_LIMIT:.0e}, "
+                            "about 3 hours on one core): use a sampler (--sampler tpe, nsga2, ...) or fewer choices")
 
 
 def prune(space) -> None:

@@ -13,6 +13,7 @@ from ..errors import CosearchError
 from ..presets import preset
 from ..scenario import HARDWARE_OVERRIDES, read_yaml
 from ._choices import _check_choices
+from ._limits import MAX_TOTAL_CHOICES, _short, check_count, check_number, is_number
 from ._cloud import _check_cloud_space, _expand_cloud
 from ._names import _BAND, _CLOUD_ONLY, _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, SECTIONS
 from ._values import Dimension, _all_numeric, _jsonable, _set_path
@@ -22,6 +23,10 @@ def _dimension(path: str, spec: Any) -> Dimension:
     if isinstance(spec, list):
         if not spec:
             raise CosearchError(path, "a list of choices must not be empty")
+        check_count(path, len(spec), "the list of choices")
+        for v in spec:
+            if is_number(v):
+                check_number(path, "a choice", v)
         if any(v is None for v in spec):
             if not (path.startswith("cluster.") and path.split(".", 1)[1] in HARDWARE_OVERRIDES):
                 raise CosearchError(path, "null (catalog value) is allowed only in cluster hardware overrides")
@@ -34,7 +39,7 @@ def _dimension(path: str, spec: Any) -> Dimension:
             kind = "int" if all(float(v).is_integer() for v in spec) else "float"
             return Dimension(path, kind, choices=sorted(set(spec)))
         if not all(isinstance(v, (str, bool)) for v in spec):
-            raise CosearchError(path, f"choices must be all numbers, all words or all booleans (got {spec!r})")
+            raise CosearchError(path, f"choices must be all numbers, all words or all booleans (got {_short(spec)})")
         return Dimension(path, "categorical", choices=list(dict.fromkeys(spec)))
     allowed = {"min", "max", "step", "log"}
     extra = set(spec) - allowed
@@ -42,20 +47,28 @@ def _dimension(path: str, spec: Any) -> Dimension:
         raise CosearchError(path, f"unknown range key {sorted(extra)[0]!r}; allowed: min, max, step, log")
     if "min" not in spec or "max" not in spec:
         raise CosearchError(path, "a range needs min and max")
-    lo, hi, step, log = spec["min"], spec["max"], spec.get("step"), bool(spec.get("log", False))
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi)) or lo > hi:
-        raise CosearchError(path, f"range needs numbers with min <= max (got min={lo!r}, max={hi!r})")
-    if step is not None and (not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0):
-        raise CosearchError(path, f"step must be a positive number (got {step!r})")
+    lo, hi, step, log = spec["min"], spec["max"], spec.get("step"), spec.get("log", False)
+    check_number(path, "min", lo)
+    check_number(path, "max", hi)
+    if lo > hi:
+        raise CosearchError(path, f"range needs min <= max (got min={lo!r}, max={hi!r})")
+    if step is not None:
+        check_number(path, "step", step)
+        if step <= 0:
+            raise CosearchError(path, f"step must be a positive number (got {step!r})")
+    if not isinstance(log, bool):
+        raise CosearchError(path, f"log must be true or false (got {_short(log)})")
     if log and (lo <= 0 or step is not None):
         raise CosearchError(path, "a log range needs min > 0 and no step")
     is_int = all(isinstance(x, int) for x in (lo, hi)) and (step is None or isinstance(step, int))
     if is_int:
         st = step or 1
-        if (hi - lo) // st + 1 > 10_000_000:
-            raise CosearchError(path, f"range has {(hi - lo) // st + 1} values; give a larger step")
+        check_count(path, (hi - lo) // st + 1)
         choices = list(range(int(lo), int(hi) + 1, int(st)))
         return Dimension(path, "int", choices=choices, low=lo, high=hi, step=st, log=log)
+    if step:  # count first: numpy would allocate whatever the bounds ask for
+        n = (float(hi) - float(lo)) / step + 0.5
+        check_count(path, math.ceil(n) if math.isfinite(n) else n)
     choices = list(np.round(np.arange(lo, hi + step / 2, step), 12)) if step else None
     return Dimension(path, "float", choices=[float(c) for c in choices] if choices else None, low=float(lo), high=float(hi), step=step, log=log)
 
@@ -108,7 +121,9 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
     for k, v in constraints.items():
         if k not in CONSTRAINT_METRICS:
             raise CosearchError(f"constraints.{k}", f"unknown constraint; allowed: {', '.join(CONSTRAINT_METRICS)}")
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+        if is_number(v):
+            check_number(f"constraints.{k}", "a budget", v)
+        if not is_number(v) or v <= 0:
             raise CosearchError(f"constraints.{k}", f"must be a positive number (got {v!r})")
     raw = {k: copy.deepcopy(v) for k, v in data.items()}
     if isinstance(data.get("cloud"), Mapping):
@@ -140,6 +155,11 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
             if isinstance(spec, (list, Mapping)):
                 dims.append(_dimension(path, spec))
             _set_path(base, path, spec)
+    total = sum(len(d.choices) for d in dims if d.choices is not None)
+    if total > MAX_TOTAL_CHOICES:
+        big = max((d for d in dims if d.choices is not None), key=lambda d: len(d.choices))
+        raise CosearchError(big.path, f"the space lists {total:,} choices in all, more than the limit of "
+                            f"{MAX_TOTAL_CHOICES:,}; give the largest ranges ({big.path}: {len(big.choices):,}) a larger step")
     used = list(objectives) + [CONSTRAINT_METRICS[k] for k in constraints]
     for m in used:
         need, why = _NEEDS.get(m, (None, ""))
