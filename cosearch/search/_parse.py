@@ -4,14 +4,13 @@ from __future__ import annotations
 import copy
 import math
 import re
-from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 from ..errors import CosearchError
 from ..presets import preset
-from ..scenario import HARDWARE_OVERRIDES, read_yaml
+from ..scenario import HARDWARE_OVERRIDES
 from ._choices import _check_choices
 from ._limits import MAX_TOTAL_CHOICES, _short, check_count, check_number, is_number
 from ._cloud import _check_cloud_space, _expand_cloud
@@ -187,8 +186,3 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
         space.prune()
     return space
 
-
-
-def load_space(path: str | Path) -> SearchSpace:
-    """Read and validate a space YAML file (one-line :class:`CosearchError` when malformed)."""
-    return parse_space(read_yaml(path), source=str(path))

@@ -15,11 +15,18 @@ A point is a row of floats, one per dimension: the choice *index* for a finite d
 for a continuous range. :meth:`SearchSpace.evaluate_rows` maps an ``(n, d)`` array of rows to
 every metric of the model plus ``feasible`` (divisibility rules, memory fit, budget),
 ``within_budget`` and ``violation_<key>`` -- with no Python loop per row.
+
+Layout: this module holds :class:`SearchSpace` and re-exports every name; the work is done in
+``_names`` (metrics, constraints, sections), ``_values`` (dimensions, word codes, path helpers),
+``_limits`` (caps on hostile input), ``_parse`` (choices, ranges, sections), ``_choices`` (schema
+checks per dimension), ``_cloud`` (instance expansion and columns), ``_build`` (model columns and
+scenario dicts) and ``_enumerate`` (rows, enumeration, pruning).
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -204,4 +211,9 @@ class SearchSpace:
 
 # the parsing functions need SearchSpace: imported after it
 from ._choices import _check_choices  # noqa: E402,F401 - re-exported
-from ._parse import _FLOAT_RE, _dimension, _numbers, _walk, load_space, parse_space  # noqa: E402,F401 - re-exported
+from ._parse import _FLOAT_RE, _dimension, _numbers, _walk, parse_space  # noqa: E402,F401 - re-exported
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    """Read and validate a space YAML file (one-line :class:`CosearchError` when malformed)."""
+    return parse_space(read_yaml(path), source=str(path))
