@@ -306,6 +306,8 @@ def run_study(
     if not isinstance(n_trials, (int, np.integer)) or isinstance(n_trials, bool) or n_trials < 1:
         if method != "exhaustive":
             raise CosearchError("--trials", f"must be a positive integer (got {n_trials!r})")
+    if method == "exhaustive":  # refuse before a study is created
+        space._require_finite("exhaustive search")
     st = _as_storage(storage)
     kind = "exhaustive" if method == "exhaustive" else "sampled"
     study = _open_study(space, study_name, st, method, kind, profile)

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,6 +20,10 @@ from rich.table import Table
 
 from ._console import console
 from ..errors import CosearchError
+
+#: Points per second assumed when an exhaustive search is weighed against --timeout (one core
+#: does 1-2 M; the low end, so a refusal is never wrong by much).
+EXHAUSTIVE_POINTS_PER_S = 1_000_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "ignored by exhaustive)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--batch-size", type=int, default=None, help="trials asked per vectorized evaluation (default: per sampler)")
-    p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds (between batches)")
+    p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds from the start of the command (checked between batches); "
+                   "an exhaustive search estimated to take longer is refused (auto picks a sampler instead)")
     p.add_argument("--rows", type=int, default=15, help="front rows to print (default 15)")
     p.add_argument("--profile", default=None, help="efficiency profile YAML from `cosearch calibrate` (default: the "
                    "shipped profile fitted on published runs); a study keeps the profile it started with")
@@ -99,13 +105,26 @@ def run_command(args: argparse.Namespace) -> int:
     from ..model.profile import DEFAULT_PROFILE
     from ..study import pareto_front, run_study
 
+    t_start = time.monotonic()  # --timeout counts from here: reading the space is part of the run
     method = check_method(args.sampler)
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise CosearchError("--timeout", f"must be a positive number of seconds (got {args.timeout})")
     if method != "exhaustive" and args.trials < 1:
         raise CosearchError("--trials", f"must be a positive integer (got {args.trials})")
     if args.batch_size is not None and args.batch_size < 1:
         raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
     space = load_space(args.space)
-    method = resolve_method(method, space)
+    asked, method = method, resolve_method(method, space)
+    timeout = None if args.timeout is None else max(0.0, args.timeout - (time.monotonic() - t_start))
+    if method == "exhaustive" and timeout is not None and space.size / EXHAUSTIVE_POINTS_PER_S > timeout:
+        if asked != "auto":
+            raise CosearchError("--timeout", f"exhaustive search over {space.size:,.0f} points takes about "
+                                f"{space.size / EXHAUSTIVE_POINTS_PER_S:,.0f} s, more than the {args.timeout:g} s allowed; "
+                                "raise --timeout or use a sampler")
+        method = "nsga2" if len(space.objectives) > 1 else "tpe"
+    size = f"{space.size:,.0f} points" if space.size < 1e15 else f"{space.size:.3g} points" if math.isfinite(space.size) else \
+        "continuous"
+    console().print(f"space {args.space}: {size} in {len(space.dims)} dimensions; method {method}")
     profile, calibrated = DEFAULT_PROFILE, None
     if args.profile:
         from ..calibration import read_profile_file
@@ -128,7 +147,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         with progress:
             res = run_study(space, args.study, args.storage, sampler=method, n_trials=args.trials, seed=args.seed,
-                            batch_size=args.batch_size, callback=callback, timeout=args.timeout, profile=profile)
+                            batch_size=args.batch_size, callback=callback, timeout=timeout, profile=profile)
     except KeyboardInterrupt:
         print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
               file=sys.stderr)

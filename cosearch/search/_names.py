@@ -1,0 +1,50 @@
+"""Names a search space speaks: objective metrics, budget constraints, sections, structural knobs."""
+from __future__ import annotations
+
+from ..presets import ARCH_FIELDS
+
+#: Metrics a study may optimize, and their direction.
+MAXIMIZE = {"mfu", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu"}
+OBJECTIVE_METRICS = (
+    "step_time_s", "time_to_train_days", "cost_to_train_usd", "cost_usd_per_step", "gpus", "energy_to_train_mwh",
+    "memory_gib", "mfu", "tokens_per_s", "model_tflops_per_gpu", "time_to_accuracy_days", "cost_to_accuracy_usd",
+    "p90_time_to_train_days", "p90_cost_to_train_usd",
+    "step_time_high_s", "time_to_train_high_days", "cost_to_train_high_usd",
+)
+#: Budget constraints: key -> metric it bounds from above.
+CONSTRAINT_METRICS = {
+    "max_cost_usd": "cost_to_train_usd", "max_gpus": "gpus", "max_days": "time_to_train_days",
+    "max_step_time_s": "step_time_s", "max_energy_mwh": "energy_to_train_mwh", "max_cost_usd_per_step": "cost_usd_per_step",
+    "max_p90_days": "p90_time_to_train_days", "max_p90_cost_usd": "p90_cost_to_train_usd",
+    "max_days_to_accuracy": "time_to_accuracy_days", "max_cost_usd_to_accuracy": "cost_to_accuracy_usd",
+    "max_days_high": "time_to_train_high_days", "max_cost_usd_high": "cost_to_train_high_usd",
+}
+#: Metrics that need an input the space must fix: metric -> (field, why).
+_NEEDS = {
+    **{m: ("training.tokens", "time_to_train_days / cost_to_train_usd / energy objectives and budgets")
+       for m in ("time_to_train_days", "cost_to_train_usd", "energy_to_train_mwh", "p90_time_to_train_days",
+                 "p90_cost_to_train_usd", "time_to_train_high_days", "cost_to_train_high_usd")},
+    **{m: ("training.target_tokens", "time_to_accuracy_days / cost_to_accuracy_usd (docs/codesign.md)")
+       for m in ("time_to_accuracy_days", "cost_to_accuracy_usd")},
+}
+#: Metrics that exist only for rented clusters (a ``cloud`` section).
+_CLOUD_ONLY = ("p90_time_to_train_days", "p90_cost_to_train_usd")
+#: Pessimistic metrics: the upper end of the 80 % prediction interval (cosearch.model.interval).
+_BAND = ("step_time_high_s", "time_to_train_high_days", "cost_to_train_high_usd")
+SECTIONS = ("model", "training", "cluster", "plan", "cloud")
+#: Cluster fields an instance type decides; a space with a ``cloud`` section may not set them.
+_CLOUD_DECIDES = ("gpu", "gpus", "nodes", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour")
+_SIZE_KEYS = ("gpus", "dp")  # derived below from gpus / nodes / dp
+#: Dimensions that the divisibility rules read (pruning enumerates their sub-product).
+STRUCTURAL = {
+    "model", "training.global_batch", "training.attention", "training.precision", "cluster.gpu", "cluster.gpus",
+    "cluster.nodes", "cluster.gpus_per_node", "plan.tp", "plan.pp", "plan.cp", "plan.dp", "plan.microbatch",
+    "plan.interleave", "plan.zero_group", "cloud.instance", "cloud.instances",
+} | {f"model.{k}" for k in ARCH_FIELDS}
+#: Largest structural sub-product enumerated for pruning.
+PRUNE_LIMIT = 1 << 21
+
+
+def direction(metric: str) -> str:
+    return "maximize" if metric in MAXIMIZE else "minimize"
+
