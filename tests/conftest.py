@@ -35,3 +35,15 @@ def random_rows(space, n: int, seed: int):
 
     rng = np.random.default_rng(seed)
     return np.stack([rng.integers(0, len(d.choices), n) for d in space.dims], axis=1).astype(float)
+
+
+def run_cli(capsys, *args):
+    """(exit code, stdout, stderr) of ``cosearch ARGS`` run in this process."""
+    from cosearch.cli import main
+
+    try:
+        rc = main(list(args))
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err

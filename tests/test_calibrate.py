@@ -12,20 +12,10 @@ import yaml
 from cosearch import estimate
 from cosearch.calibration import FITTABLE, read_profile_file
 from cosearch.model.profile import DEFAULT_PROFILE
+from conftest import run_cli
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "experiments" / "data" / "validation" / "published_runs_public.csv"
 TRUE = dict(matmul_scale=0.8, network_efficiency=0.6)
-
-
-def _main(capsys, *args):
-    from cosearch.cli import main
-
-    try:
-        rc = main(list(args))
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def _synthetic_rows():
@@ -54,7 +44,7 @@ def test_calibration_recovers_known_profile_from_synthetic_measurements(tmp_path
     csv = tmp_path / "measured.csv"
     _synthetic_rows().to_csv(csv, index=False)
     out = tmp_path / "profile.yaml"
-    rc, stdout, err = _main(capsys, "calibrate", str(csv), "--out", str(out), "--params", "matmul_scale,network_efficiency", "--json")
+    rc, stdout, err = run_cli(capsys, "calibrate", str(csv), "--out", str(out), "--params", "matmul_scale,network_efficiency", "--json")
     assert rc == 0, err
     report = json.loads(stdout)
     assert report["format"] == "user" and report["rows"] == 24
@@ -69,12 +59,12 @@ def test_calibration_recovers_known_profile_from_synthetic_measurements(tmp_path
               "training": {"global_batch": 256}, "cluster": {"gpu": "h100-sxm", "gpus": 16}, "plan": {"tp": 2, "zero": 1}}
     sc_in = tmp_path / "in.yaml"
     sc_in.write_text(yaml.safe_dump(inside))
-    rc, stdout, _ = _main(capsys, "estimate", str(sc_in), "--profile", str(out), "--json")
+    rc, stdout, _ = run_cli(capsys, "estimate", str(sc_in), "--profile", str(out), "--json")
     assert rc == 0 and json.loads(stdout)["warnings"] == []
     outside = dict(inside, model="llama2-70b", cluster={"gpu": "b200", "gpus": 64}, plan={"tp": 8, "zero": 1})
     sc_out = tmp_path / "out.yaml"
     sc_out.write_text(yaml.safe_dump(outside))
-    rc, stdout, err = _main(capsys, "estimate", str(sc_out), "--profile", str(out), "--json")
+    rc, stdout, err = run_cli(capsys, "estimate", str(sc_out), "--profile", str(out), "--json")
     warnings = json.loads(stdout)["warnings"]
     assert rc == 0 and len(warnings) == 4                      # GPU type, size, GPU count, seq_len
     assert any("b200" in w for w in warnings)
@@ -82,7 +72,7 @@ def test_calibration_recovers_known_profile_from_synthetic_measurements(tmp_path
 
 
 def test_calibration_lowers_held_out_error_on_published_runs(tmp_path, capsys):
-    rc, stdout, err = _main(capsys, "calibrate", str(PUBLISHED), "--out", str(tmp_path / "p.yaml"), "--base", "kernel",
+    rc, stdout, err = run_cli(capsys, "calibrate", str(PUBLISHED), "--out", str(tmp_path / "p.yaml"), "--base", "kernel",
                             "--params", "matmul_scale,fsdp_overlap", "--folds", "3", "--json")
     assert rc == 0, err
     r = json.loads(stdout)
@@ -99,7 +89,7 @@ def test_calibration_lowers_held_out_error_on_published_runs(tmp_path, capsys):
 def test_calibrate_option_errors_are_one_line(tmp_path, capsys, args, field):
     csv = tmp_path / "m.csv"
     _synthetic_rows().head(3).to_csv(csv, index=False)
-    rc, out, err = _main(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"), *args)
+    rc, out, err = run_cli(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"), *args)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1 and field in err
 
 
@@ -115,7 +105,7 @@ def test_calibrate_option_errors_are_one_line(tmp_path, capsys, args, field):
 def test_measured_csv_errors_name_row_and_field(tmp_path, capsys, frame, field):
     csv = tmp_path / "m.csv"
     frame.to_csv(csv, index=False)
-    rc, out, err = _main(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"))
+    rc, out, err = run_cli(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"))
     assert rc == 2 and len(err.strip().splitlines()) == 1 and field in err, err
 
 

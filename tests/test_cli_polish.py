@@ -11,20 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT3 = yaml.safe_load((ROOT / "examples" / "gpt3-175b.yaml").read_text())
-
-
-def _cli(capsys, *args):
-    from cosearch.cli import main
-
-    try:
-        rc = main(list(args))
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def _write(tmp_path, sc, name="s.yaml"):
@@ -39,18 +29,18 @@ def _no_fit():
 
 # ------------------------------------------------------------------------------------- estimate
 def test_estimate_of_a_plan_that_does_not_fit_says_so_first(tmp_path, capsys):
-    rc, out, err = _cli(capsys, "estimate", _write(tmp_path, _no_fit()))
+    rc, out, err = run_cli(capsys, "estimate", _write(tmp_path, _no_fit()))
     assert rc == 0
     first = out.strip().splitlines()[0]
     assert re.match(r"DOES NOT FIT: [\d.]+ GiB of [\d.]+ usable per GPU", first), first
 
 
 def test_require_fit_exits_3(tmp_path, capsys):
-    rc, out, err = _cli(capsys, "estimate", _write(tmp_path, _no_fit()), "--require-fit")
+    rc, out, err = run_cli(capsys, "estimate", _write(tmp_path, _no_fit()), "--require-fit")
     assert rc == 3 and out.startswith("DOES NOT FIT")
-    rc, out, err = _cli(capsys, "estimate", _write(tmp_path, _no_fit()), "--require-fit", "--json")
+    rc, out, err = run_cli(capsys, "estimate", _write(tmp_path, _no_fit()), "--require-fit", "--json")
     assert rc == 3 and json.loads(out)["fits"] is False and "DOES NOT FIT" in err and len(err.strip().splitlines()) == 1
-    rc, out, _ = _cli(capsys, "estimate", _write(tmp_path, GPT3), "--require-fit")
+    rc, out, _ = run_cli(capsys, "estimate", _write(tmp_path, GPT3), "--require-fit")
     assert rc == 0 and "DOES NOT FIT" not in out
     from cosearch.cli import build_parser
 
@@ -62,7 +52,7 @@ def test_require_fit_exits_3(tmp_path, capsys):
 def test_version(capsys):
     from cosearch import __version__
 
-    rc, out, _ = _cli(capsys, "--version")
+    rc, out, _ = run_cli(capsys, "--version")
     assert rc == 0 and out.strip() == f"cosearch {__version__}"
 
 
@@ -100,7 +90,7 @@ def test_every_option_has_help():
 def test_best_help_lists_the_metrics(capsys):
     from cosearch.search.space import OBJECTIVE_METRICS
 
-    rc, out, _ = _cli(capsys, "best", "--help")
+    rc, out, _ = run_cli(capsys, "best", "--help")
     flat = " ".join(out.split())
     assert rc == 0 and all(m in flat for m in OBJECTIVE_METRICS)
     assert "--study STUDY name of the study" in flat
@@ -139,7 +129,7 @@ def test_exhaustive_run_explains_stored_count_vs_front(tmp_path, capsys):
     }
     sp = tmp_path / "space.yaml"
     sp.write_text(yaml.safe_dump(space))
-    rc, out, err = _cli(capsys, "run", str(sp), "--study", "w", "--storage", str(tmp_path / "j.journal"),
+    rc, out, err = run_cli(capsys, "run", str(sp), "--study", "w", "--storage", str(tmp_path / "j.journal"),
                         "--sampler", "exhaustive")
     flat = " ".join(out.split())
     assert rc == 0, err

@@ -10,6 +10,7 @@ import pytest
 
 from cosearch.search.space import direction, parse_space
 from cosearch.study import best, run_study
+from conftest import run_cli
 
 SMALL = {
     "model": "gpt3-175b",
@@ -82,17 +83,6 @@ name,model,seq_len,global_batch,gpu,gpus,network_gbps,tp,pp,microbatch,recompute
 PUBLISHED = __import__("pathlib").Path(__file__).resolve().parents[1] / "experiments/data/validation/published_runs_public.csv"
 
 
-def _cli(capsys, *args):
-    from cosearch.cli import main
-
-    try:
-        rc = main(list(args))
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
 def test_fitted_matmul_scale_never_beats_the_measured_large_gemm():
     from cosearch.calibration import FITTABLE
     from cosearch.hardware import catalog
@@ -113,12 +103,12 @@ def test_doc_example_is_refused_without_force(tmp_path, capsys):
     csv = tmp_path / "m.csv"
     csv.write_text(DOC_CSV)  # pasted from docs/calibration.md, '#' line included
     out = tmp_path / "p.yaml"
-    rc, stdout, err = _cli(capsys, "calibrate", str(csv), "--out", str(out), "--json")
+    rc, stdout, err = run_cli(capsys, "calibrate", str(csv), "--out", str(out), "--json")
     r = json.loads(stdout)
     assert rc == 1 and not out.exists() and r["worse_than_base"] and not r["written"]
     assert "worse than the base profile" in err and "--force" in err and len(err.strip().splitlines()) == 1
     assert r["fitted"]["matmul_scale"] <= __import__("cosearch.calibration", fromlist=["FITTABLE"]).FITTABLE["matmul_scale"][1]
-    rc, stdout, err = _cli(capsys, "calibrate", str(csv), "--out", str(out), "--force")
+    rc, stdout, err = run_cli(capsys, "calibrate", str(csv), "--out", str(out), "--force")
     assert rc == 0 and out.exists() and "worse than the base profile" in stdout
     # the forced profile cannot push GPT-3 on A100 past the GPU's measured large-GEMM fraction
     from cosearch import estimate
@@ -133,7 +123,7 @@ def test_doc_example_is_refused_without_force(tmp_path, capsys):
 def test_published_runs_refit_of_the_default_is_refused(tmp_path, capsys):
     """The default profile was fitted on these runs: a refit holds out worse and is not written."""
     out = tmp_path / "p.yaml"
-    rc, stdout, err = _cli(capsys, "calibrate", str(PUBLISHED), "--out", str(out), "--folds", "3", "--json")
+    rc, stdout, err = run_cli(capsys, "calibrate", str(PUBLISHED), "--out", str(out), "--folds", "3", "--json")
     r = json.loads(stdout)
     assert r["format"] == "published"
     worse = r["after_held_out"]["median"] > r["before"]["median"] or r["after_held_out"]["p90"] > r["before"]["p90"]
@@ -170,20 +160,20 @@ def test_cli_best_on_exhaustive_journal_study_is_exact(tmp_path, capsys):
     sp = tmp_path / "space.yaml"
     sp.write_text(yaml.safe_dump(SMALL))
     journal = str(tmp_path / "j.journal")
-    rc, _, err = _cli(capsys, "run", str(sp), "--study", "ex", "--storage", journal, "--sampler", "exhaustive")
+    rc, _, err = run_cli(capsys, "run", str(sp), "--study", "ex", "--storage", journal, "--sampler", "exhaustive")
     assert rc == 0, err
     space = parse_space(json.loads(json.dumps(SMALL)))
     m = space.evaluate_rows(space.rows_of_flat(np.arange(int(space.size))))
     for metric in ("mfu", "memory_gib"):
-        rc, out, err = _cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", metric, "--json")
+        rc, out, err = run_cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", metric, "--json")
         assert rc == 0, err
         assert json.loads(out)["value"] == pytest.approx(brute(m, metric), rel=1e-12)
-    rc, out, _ = _cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", "mfu")
+    rc, out, _ = run_cli(capsys, "best", "--study", "ex", "--storage", journal, "--objective", "mfu")
     assert rc == 0 and "re-enumerated" in out
 
 
 def test_calibration_reports_constants_at_their_bound(tmp_path, capsys):
     csv = tmp_path / "m.csv"
     csv.write_text(DOC_CSV)
-    rc, stdout, _ = _cli(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"), "--json")
+    rc, stdout, _ = run_cli(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"), "--json")
     assert json.loads(stdout)["at_bound"] == ["network_efficiency"]  # the 3 rows want a faster network than exists
