@@ -37,6 +37,7 @@ from ..model.feasibility import RULES, valid_mask
 from ..model.profile import DEFAULT_PROFILE, Profile
 from ..cloud import CloudSpec, apply_cloud, instance_columns, load_catalog
 from ..cloud.provision import derived_cluster, instance_of
+from .. import hf
 from ..presets import ARCH_FIELDS, preset
 from ..scenario import HARDWARE_OVERRIDES, parse_scenario, read_yaml
 
@@ -649,7 +650,7 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
     """Validate a space dict: every choice must be a value the scenario format accepts."""
     if not isinstance(data, Mapping):
         raise CosearchError("space", "expected a mapping with model, training, cluster, plan, objectives")
-    data = _numbers(data)
+    data = _numbers(hf.expand(data))  # model: {hf_config: ...} -> model fields (cosearch.hf)
     unknown = sorted(set(data) - set(SECTIONS) - {"objectives", "constraints", "name", "description"})
     if unknown:
         raise CosearchError(unknown[0], "unknown key; allowed: model, training, cluster, plan, cloud, objectives, constraints, name, description")
