@@ -96,4 +96,6 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     assumed = hardware.efficiency_warning(sc.cluster.gpu)  # catalog efficiency not measured on this GPU
     if assumed:
         result["warnings"].append(assumed)
-    return result
+    from .notebook import Estimate  # a dict that renders as a table in Jupyter
+
+    return Estimate(result)

@@ -13,7 +13,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import hardware
+from . import hardware, hf
 from .cloud.provision import CloudSpec, derived_cluster
 from .errors import CosearchError
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
@@ -163,6 +163,7 @@ def parse_scenario(data: Any) -> Scenario:
         raise CosearchError("scenario", f"expected a mapping with model, training, cluster, plan; got {type(data).__name__}")
     if isinstance(data.get("model"), str):
         data = {**data, "model": preset(data["model"])}  # unknown name -> error naming `model`
+    data = hf.expand(data)  # model: {hf_config: config.json, ...overrides} -> model fields (cosearch.hf)
     if isinstance(data.get("cloud"), Mapping):
         data = _with_cloud_cluster(data)
     try:

@@ -8,6 +8,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from .. import hf
 from ..errors import CosearchError
 from ..presets import preset
 from ..scenario import HARDWARE_OVERRIDES
@@ -99,7 +100,7 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
     """Validate a space dict: every choice must be a value the scenario format accepts."""
     if not isinstance(data, Mapping):
         raise CosearchError("space", "expected a mapping with model, training, cluster, plan, objectives")
-    data = _numbers(data)
+    data = _numbers(hf.expand(data))  # model: {hf_config: ...} -> model fields (cosearch.hf)
     unknown = sorted(set(data) - set(SECTIONS) - {"objectives", "constraints", "name", "description"})
     if unknown:
         raise CosearchError(unknown[0], "unknown key; allowed: model, training, cluster, plan, cloud, objectives, constraints, name, description")

@@ -1,0 +1,142 @@
+"""Model fields from a Hugging Face ``config.json`` (offline: a local file, never a download).
+
+A scenario or space may say ``model: {hf_config: path/to/config.json, seq_len: 8192}`` (or name
+the directory holding ``config.json``); every model field given beside ``hf_config`` overrides
+the one read from the file. :func:`expand` does the substitution for
+:func:`cosearch.scenario.parse_scenario` and :func:`cosearch.search.space.parse_space`.
+
+Mapped architectures (``model_type``; key names as in transformers 4.4x ``configuration_*.py``):
+
+* Llama family (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, ``phi3``):
+  ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``
+  (default: heads), ``intermediate_size``, ``vocab_size``, ``max_position_embeddings``,
+  ``tie_word_embeddings`` (default false; true for Gemma); a gated MLP (SwiGLU / GeGLU).
+* GPT-NeoX / Pythia (``gpt_neox``): the same key names, a plain GELU MLP, untied by default.
+* GPT-2 (``gpt2``): ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (null: 4 x n_embd),
+  ``vocab_size``, ``n_positions``; tied embeddings.
+
+Refused with a one-line :class:`~cosearch.errors.CosearchError` naming the key: mixture-of-experts
+configs (Mixtral, DeepSeek, Qwen-MoE: the model has no experts yet, issue 13), an attention width
+(``head_dim`` x heads) different from ``hidden_size`` (Gemma-7B, Mistral-NeMo), an unknown
+``model_type``, a missing or non-positive-integer key. Biases, norms and learned position
+embeddings are not model fields (they are < 1 % of the weights of these models).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import CosearchError
+
+FIELD = "model.hf_config"
+#: Largest config.json read (real ones are a few KiB).
+MAX_BYTES = 1 << 20
+
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek", "deepseek_v2", "deepseek_v3", "dbrx", "jamba",
+             "olmoe", "phimoe", "granitemoe")
+#: Keys whose presence (with a positive count) marks a mixture-of-experts config.
+MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+SUPPORTED = LLAMA_LIKE + ("gpt_neox", "gpt2")
+MOE_REASON = "mixture-of-experts is not modelled yet (issue 13)"
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a local ``config.json`` (or of ``<dir>/config.json``); one-line errors."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        with p.open("rb") as fh:
+            blob = fh.read(MAX_BYTES + 1)
+    except OSError as err:
+        raise CosearchError(FIELD, f"cannot read {str(p)!r} ({err.strerror or err}); "
+                            "give a local config.json or its directory (nothing is downloaded)") from None
+    if len(blob) > MAX_BYTES:
+        raise CosearchError(FIELD, f"{str(p)!r} is larger than {MAX_BYTES >> 10} KiB; not a model config.json")
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CosearchError(FIELD, f"{str(p)!r} is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CosearchError(FIELD, f"{str(p)!r} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(data, dict):
+        raise CosearchError(FIELD, f"{str(p)!r} holds a JSON {type(data).__name__}, expected an object")
+    return data
+
+
+def _count(cfg: Mapping[str, Any], key: str, default: Any = None) -> int:
+    v = cfg.get(key, default)
+    if v is None:
+        raise CosearchError(FIELD, f"config.json has no {key!r}, which the model needs")
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise CosearchError(FIELD, f"config.json key {key!r} must be a positive integer (got {v!r})")
+    return v
+
+
+def _flag(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
+    v = cfg.get(key, default)
+    if not isinstance(v, bool):
+        raise CosearchError(FIELD, f"config.json key {key!r} must be true or false (got {v!r})")
+    return v
+
+
+def model_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The scenario's model fields (layers, hidden, heads, ...) of a parsed ``config.json``."""
+    mtype = cfg.get("model_type")
+    if not isinstance(mtype, str) or not mtype:
+        raise CosearchError(FIELD, "config.json has no 'model_type'; cannot tell the architecture")
+    for key in MOE_KEYS:
+        if isinstance(cfg.get(key), int) and not isinstance(cfg.get(key), bool) and cfg[key] > 0:
+            raise CosearchError(FIELD, f"config.json key {key!r}: {MOE_REASON}")
+    if mtype in MOE_TYPES or "moe" in mtype:
+        raise CosearchError(FIELD, f"config.json model_type {mtype!r}: {MOE_REASON}")
+    if mtype not in SUPPORTED:
+        raise CosearchError(FIELD, f"config.json model_type {mtype!r} is not mapped; supported: {', '.join(SUPPORTED)} "
+                            "(or give the model fields instead of hf_config)")
+    if mtype == "gpt2":
+        hidden = _count(cfg, "n_embd")
+        out = {"layers": _count(cfg, "n_layer"), "hidden": hidden, "heads": _count(cfg, "n_head"),
+               "ffn_hidden": _count(cfg, "n_inner", 4 * hidden), "gated_mlp": False,
+               "vocab": _count(cfg, "vocab_size"), "seq_len": _count(cfg, "n_positions"),
+               "tied_embeddings": _flag(cfg, "tie_word_embeddings", True)}
+        out["kv_heads"] = out["heads"]
+        return out
+    hidden, heads = _count(cfg, "hidden_size"), _count(cfg, "num_attention_heads")
+    kv = _count(cfg, "num_key_value_heads", heads) if mtype != "gpt_neox" else heads
+    head_dim = cfg.get("head_dim")
+    if head_dim is not None and _count(cfg, "head_dim") * heads != hidden:
+        raise CosearchError(FIELD, f"config.json key 'head_dim': {head_dim} x {heads} heads = {head_dim * heads} "
+                            f"differs from hidden_size {hidden}; an attention width other than the model "
+                            "width is not modelled")
+    if heads % kv:
+        raise CosearchError(FIELD, f"config.json key 'num_key_value_heads': {kv} does not divide "
+                            f"num_attention_heads {heads}")
+    return {"layers": _count(cfg, "num_hidden_layers"), "hidden": hidden, "heads": heads, "kv_heads": kv,
+            "ffn_hidden": _count(cfg, "intermediate_size"), "gated_mlp": mtype != "gpt_neox",
+            "vocab": _count(cfg, "vocab_size"), "seq_len": _count(cfg, "max_position_embeddings"),
+            "tied_embeddings": _flag(cfg, "tie_word_embeddings", mtype in ("gemma", "gemma2"))}
+
+
+def load_model(path: str | Path) -> dict[str, Any]:
+    """Model fields of a local ``config.json`` file or directory."""
+    return model_fields(read_config(path))
+
+
+def resolve_section(model: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``model`` section with ``hf_config`` replaced by the config's fields (given fields win)."""
+    path = model["hf_config"]
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise CosearchError(FIELD, f"expected the path of a local config.json or its directory (got {path!r})")
+    overrides = {k: v for k, v in model.items() if k != "hf_config"}
+    return {**load_model(path), **overrides}
+
+
+def expand(data: Any) -> Any:
+    """``data`` (a scenario or space mapping) with a ``model.hf_config`` resolved; else unchanged."""
+    if isinstance(data, Mapping) and isinstance(data.get("model"), Mapping) and "hf_config" in data["model"]:
+        return {**data, "model": resolve_section(data["model"])}
+    return data

@@ -1,0 +1,118 @@
+"""Model from a Hugging Face config.json: real public configs give their stated parameter counts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cosearch
+from cosearch import hf
+from cosearch.errors import CosearchError
+from cosearch.search.space import parse_space
+
+HF = Path(__file__).parent / "data" / "hf"
+#: Parameter counts the model cards / model pages state (tests/data/hf/SOURCES.md).
+STATED = {
+    "llama-2-7b-hf": 6.74e9, "llama-3-8b": 8.03e9, "llama-3-70b": 70.6e9, "mistral-7b-v0.1": 7.24e9,
+    "qwen2-7b-instruct": 7.62e9, "gemma-2b": 2.51e9, "pythia-160m": 162_322_944, "pythia-1.4b": 1_414_647_808,
+    "pythia-6.9b": 6_857_302_016, "gpt-neox-20b": 20_554_567_680, "gpt2": 124e6, "gpt2-medium": 355e6,
+    "gpt2-large": 774e6,
+}
+BASE = {"training": {"global_batch": 64}, "cluster": {"gpu": "h100-sxm", "gpus": 8}}
+
+
+@pytest.mark.parametrize("name", sorted(STATED))
+def test_stated_parameter_count_within_one_percent(name):
+    res = cosearch.estimate({**BASE, "model": {"hf_config": str(HF / name / "config.json"), "seq_len": 2048}})
+    assert res["params"] == pytest.approx(STATED[name], rel=0.01)
+
+
+def test_at_least_eight_architectures_and_families():
+    types = {json.loads((HF / n / "config.json").read_text())["model_type"] for n in STATED}
+    assert len(STATED) >= 8 and {"llama", "mistral", "qwen2", "gemma", "gpt_neox", "gpt2"} <= types
+
+
+def test_fields_of_llama3_8b():
+    assert hf.load_model(HF / "llama-3-8b") == {
+        "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "gated_mlp": True,
+        "vocab": 128256, "seq_len": 8192, "tied_embeddings": False}
+    assert hf.load_model(HF / "gpt2")["tied_embeddings"] is True
+    assert hf.load_model(HF / "gpt2")["ffn_hidden"] == 4 * 768  # n_inner null
+    assert hf.load_model(HF / "pythia-1.4b")["gated_mlp"] is False
+    assert hf.load_model(HF / "gemma-2b")["tied_embeddings"] is True
+
+
+@pytest.mark.parametrize("name,key", [("mixtral-8x7b-v0.1", "num_local_experts"), ("qwen2-57b-a14b", "num_experts"),
+                                      ("deepseek-v2-lite", "n_routed_experts")])
+def test_moe_refused_with_reason(name, key):
+    with pytest.raises(CosearchError) as e:
+        cosearch.load_scenario({**BASE, "model": {"hf_config": str(HF / name)}})
+    msg = str(e.value)
+    assert msg.startswith("model.hf_config:") and key in msg and "mixture-of-experts is not modelled yet (issue 13)" in msg
+    assert "\n" not in msg
+
+
+def test_attention_wider_than_model_refused_naming_head_dim():
+    with pytest.raises(CosearchError, match="head_dim"):
+        hf.load_model(HF / "gemma-7b")
+
+
+def test_unknown_model_type_and_missing_key_are_named(tmp_path):
+    cfg = json.loads((HF / "llama-3-8b" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "rwkv"}))
+    with pytest.raises(CosearchError, match="model_type 'rwkv' is not mapped"):
+        hf.load_model(tmp_path)
+    del cfg["num_hidden_layers"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CosearchError, match="'num_hidden_layers'"):
+        hf.load_model(tmp_path / "config.json")
+    cfg["num_hidden_layers"] = "32"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CosearchError, match="'num_hidden_layers' must be a positive integer"):
+        hf.load_model(tmp_path)
+
+
+def test_unknown_model_field_beside_hf_config_is_named():
+    with pytest.raises(CosearchError, match="model.experts: unknown key"):
+        cosearch.load_scenario({**BASE, "model": {"hf_config": str(HF / "gpt2"), "experts": 8}})
+
+
+def test_overrides_win_and_seq_len_defaults_to_max_position_embeddings():
+    sc = cosearch.load_scenario({**BASE, "model": {"hf_config": str(HF / "mistral-7b-v0.1")}})
+    assert sc.model.seq_len == 32768 and sc.model.kv_heads == 8
+    sc = cosearch.load_scenario({**BASE, "model": {"hf_config": str(HF / "mistral-7b-v0.1"), "seq_len": 8192,
+                                                   "layers": 16, "tied_embeddings": True}})
+    assert (sc.model.seq_len, sc.model.layers, sc.model.tied_embeddings, sc.model.hidden) == (8192, 16, True, 4096)
+
+
+def test_bad_files_are_one_line_errors(tmp_path):
+    for blob, msg in ((b"\xff\xfe{}", "not UTF-8"), (b"{nope", "not valid JSON"), (b"[1]", "JSON list"),
+                      (b" " * (hf.MAX_BYTES + 1), "larger than")):
+        (tmp_path / "config.json").write_bytes(blob)
+        with pytest.raises(CosearchError, match=msg):
+            hf.load_model(tmp_path)
+    with pytest.raises(CosearchError, match="cannot read .*nothing is downloaded"):
+        hf.load_model(tmp_path / "missing" / "config.json")
+    with pytest.raises(CosearchError, match="expected the path"):
+        hf.resolve_section({"hf_config": 3})
+
+
+def test_space_resolves_hf_config_with_list_overrides():
+    sp = parse_space({**BASE, "model": {"hf_config": str(HF / "llama-3-8b"), "seq_len": [4096, 8192]},
+                      "plan": {"tp": [1, 2]}})
+    assert sp.base["model"]["hidden"] == 4096 and sp.dim("model.seq_len").choices == [4096, 8192]
+    assert sp.to_dict()["model"]["layers"] == 32  # the stored space does not need the file
+
+
+def test_cli_estimate_reads_hf_config(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    path = tmp_path / "sc.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "model": {"hf_config": str(HF / "llama-2-7b-hf"), "seq_len": 4096}}))
+    out = subprocess.run([sys.executable, "-m", "cosearch", "estimate", str(path), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["params"] == pytest.approx(6.74e9, rel=0.01)
