@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import _files
 from .errors import CosearchError
 from .model.columns import broadcast_columns
 from .model.feasibility import check_scalar
@@ -42,12 +43,8 @@ USER_COLUMNS = MODEL_COLUMNS + TRAINING_COLUMNS + CLUSTER_COLUMNS + PLAN_COLUMNS
 
 
 def read_csv(path: str | Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path)
-    except FileNotFoundError:
-        raise CosearchError(str(path), "no such file") from None
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise CosearchError(str(path), f"cannot read CSV ({str(err).splitlines()[0]})") from None
+    """A measured CSV, read safely (size and encoding caps: :mod:`cosearch._files`)."""
+    return _files.read_csv(path)
 
 
 def detect_format(df: pd.DataFrame) -> str:

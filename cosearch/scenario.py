@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, get_args
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import hardware
+from . import _files, hardware
 from .cloud.provision import CloudSpec, derived_cluster
 from .errors import CosearchError
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
@@ -174,19 +173,8 @@ def parse_scenario(data: Any) -> Scenario:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Read a YAML file, turning I/O and syntax problems into one-line errors."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise CosearchError(str(path), f"cannot read file ({err.strerror or err})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise CosearchError(str(path), f"malformed YAML{where}: {problem}") from None
+    """Read a user YAML file safely (size, encoding, alias, depth caps: :mod:`cosearch._files`)."""
+    return _files.read_yaml(path)
 
 
 def load_scenario(source: Any) -> Scenario:
