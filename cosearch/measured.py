@@ -99,8 +99,9 @@ def user_candidates(df: pd.DataFrame, path: str = "measured CSV") -> Candidates:
         row = {k: _cell(v) for k, v in raw.items()}
         where = f"{path}: row {i}"
         measured = row.get(MEASURED)
-        if not isinstance(measured, (int, float)) or isinstance(measured, bool) or not measured > 0:
-            raise CosearchError(f"{where}: {MEASURED}", f"must be a positive number of seconds (got {raw.get(MEASURED)!r})")
+        if not isinstance(measured, (int, float)) or isinstance(measured, bool) \
+                or not 0 < measured <= 1e7:
+            raise CosearchError(f"{where}: {MEASURED}", f"must be a positive, finite number of seconds, at most 1e7 (got {raw.get(MEASURED)!r})")
         try:
             sc = parse_scenario(row_scenario(row))
             cols = scenario_columns(sc)
