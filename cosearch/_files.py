@@ -30,7 +30,7 @@ MAX_INT_DIGITS = 24        #: 10**24 exceeds every integer a scenario can hold
 
 
 def _mib(n: int) -> str:
-    return f"{n / (1 << 20):g} MiB"
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.0f} KiB"
 
 
 def read_text(path: str | Path, max_bytes: int) -> str:

@@ -128,6 +128,11 @@ def test_huge_integer_refused(tmp_path):
         parse_scenario({**_gpt3(), "cloud": {"instance": "p5.48xlarge", "instances": 10**400}})
 
 
+def test_error_messages_stay_one_short_line():
+    err = CosearchError("model", f"unknown preset {'9' * 5000!r}\nsecond line")
+    assert "\n" not in str(err) and len(str(err)) < 300 and "5002 chars" in str(err)
+
+
 def test_missing_file_and_unsafe_tags():
     with pytest.raises(CosearchError, match="cannot read"):
         read_text("/nonexistent/x.yaml", 100)
