@@ -223,6 +223,26 @@ def test_measured_csv_numbers(tmp_path):
             load_measured(p)
 
 
+def test_published_format_junk_cells(tmp_path):
+    src = (ROOT / "experiments/data/validation/published_runs_public.csv").read_text().splitlines()
+    head = src[0].split(",")
+    for col, value, word in (("n_layers", "inf", "out of range"), ("tp", "abc", "must be a number"),
+                             ("hidden_size", "9" * 400, "out of range"), ("n_heads", "24.5", "integer"),
+                             ("n_layers", "0", "out of range")):
+        j = head.index(col)
+        import csv
+        import io
+
+        rows = list(csv.reader(src[:3]))
+        rows[1][j] = value
+        out = io.StringIO()
+        csv.writer(out).writerows(rows)
+        p = tmp_path / "pub.csv"
+        p.write_text(out.getvalue())
+        with pytest.raises(CosearchError, match=rf"row 1: {col}.*{word}"):
+            load_measured(p)
+
+
 # --- storage ---------------------------------------------------------------------------------------
 
 def test_unwritable_journal_is_one_line(tmp_path):

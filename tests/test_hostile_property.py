@@ -153,3 +153,31 @@ def test_raw_files_as_scenario_space_and_profile(tmp_path, raw):
             reader(p)
         except CosearchError as err:
             _named(err)
+
+
+PUBLISHED = ROOT_CSV = __import__("pathlib").Path(__file__).resolve().parents[1] / "experiments/data/validation/published_runs_public.csv"
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 39),
+                          st.sampled_from(["inf", "-inf", "nan", "1e400", "9" * 400, "true", "", "-1", "0", "abc",
+                                           "1e308", "24.0", "0.5", "\u00e9"])), min_size=1, max_size=3))
+def test_published_format_csvs(tmp_path, edits):
+    import csv
+    import io
+
+    rows = list(csv.reader(PUBLISHED.read_text().splitlines()))
+    head, body = rows[0], [list(r) for r in rows[1:3]]
+    for i, j, v in edits:
+        body[i][j % len(head)] = v
+    out = io.StringIO()
+    csv.writer(out).writerows([head, *body])
+    p = tmp_path / "pub.csv"
+    p.write_text(out.getvalue())
+    try:
+        c, _ = load_measured(p)
+    except CosearchError as err:
+        _named(err)
+        return
+    for v in c.columns.values():
+        assert not any(map(math.isinf, v.tolist())), "infinite input column accepted"
