@@ -181,3 +181,29 @@ def test_published_format_csvs(tmp_path, edits):
         return
     for v in c.columns.values():
         assert not any(map(math.isinf, v.tolist())), "infinite input column accepted"
+
+
+SPACE = {"model": "gpt3-175b", "training": {"global_batch": 1536, "tokens": 3e11},
+         "cluster": {"gpu": "a100-80gb", "gpus": 1024}, "plan": {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8, 16]},
+         "objectives": ["time_to_train_days"]}
+
+
+@pytest.mark.xfail(reason="cosearch/search/space.py (being split elsewhere) turns a fixed leaf such as `gpus: ''` or "
+                   "`gpus: {'': 0}` into a column with np.asarray(v, dtype=float) before validating it: ValueError/TypeError "
+                   "traceback; remove this mark once space.py validates fixed leaves", strict=False)
+@SETTINGS
+@given(st.sampled_from(["training", "cluster", "plan"]),
+       st.sampled_from(["tp", "pp", "zero", "gpus", "hbm_gib", "tokens", "global_batch", "microbatch", "sequence_parallel",
+                        "network_gbps", "junk"]),
+       st.one_of(junk, st.lists(junk, max_size=4)))
+@example("cluster", "gpus", "")
+def test_space_files(tmp_path, section, key, value):
+    """A space file whose leaf is junk or a list of junk choices: a space or a one-line error."""
+    space = {k: (dict(v) if isinstance(v, dict) else v) for k, v in SPACE.items()}
+    space[section][key] = value
+    p = tmp_path / "space.yaml"
+    p.write_text(yaml.safe_dump(space))
+    try:
+        load_space(p)
+    except CosearchError as err:
+        _named(err)
