@@ -133,6 +133,7 @@ from typing import Any, Mapping, Optional  # noqa: E402
 
 from pydantic import BaseModel, ConfigDict  # noqa: E402
 
+from ._numbers import Float, Int  # noqa: E402
 from .errors import CosearchError  # noqa: E402
 
 
@@ -141,11 +142,11 @@ class CalibratedRange(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rows: int
+    rows: Int
     gpu_types: list[str]
-    params_b: tuple[float, float]
-    gpus: tuple[int, int]
-    seq_len: tuple[int, int]
+    params_b: tuple[Float, Float]
+    gpus: tuple[Int, Int]
+    seq_len: tuple[Int, Int]
 
 
 def calibrated_range(c: Candidates) -> CalibratedRange:
@@ -188,6 +189,26 @@ def range_warnings(rng: CalibratedRange | Mapping[str, Any], scenario: Any, para
     return out
 
 
+#: Upper bounds of the profile constants that the model declares without one (seconds, GiB).
+PROFILE_MAX = {"gemm_overhead_s": 1.0, "nvlink_latency_s": 1.0, "network_latency_s": 1.0, "hbm_reserved_gib": 1024.0}
+
+
+def _check_profile_numbers(fields: Mapping[str, Any], path: str) -> None:
+    """Every constant a finite number (not a boolean or text) within :data:`PROFILE_MAX`."""
+    from pydantic import TypeAdapter, ValidationError
+
+    number = TypeAdapter(Float)
+    for key, value in fields.items():
+        if key not in Profile.model_fields:
+            continue  # Profile names the unknown key
+        try:
+            value = number.validate_python(value)
+        except ValidationError as err:
+            raise CosearchError(f"{path}:{key}", f"{err.errors()[0]['msg']} (got {str(value)[:40]})") from None
+        if key in PROFILE_MAX and not value <= PROFILE_MAX[key]:
+            raise CosearchError(f"{path}:{key}", f"out of range (got {value:g}; allowed: 0 <= x <= {PROFILE_MAX[key]:g})")
+
+
 def read_profile_file(path: str | Path) -> tuple[Profile, Optional[CalibratedRange]]:
     """A profile YAML (``profile:`` section, or the bare fields) and its ``calibrated_range`` if any."""
     from .scenario import read_yaml
@@ -198,6 +219,9 @@ def read_profile_file(path: str | Path) -> tuple[Profile, Optional[CalibratedRan
     fields = data.get("profile", data)
     if fields is data:
         fields = {k: v for k, v in data.items() if k not in ("calibrated_range", "fit_report", "fitted")}
+    if not isinstance(fields, Mapping):
+        raise CosearchError(f"{path}:profile", "must be a mapping of profile constants")
+    _check_profile_numbers(fields, str(path))
     try:
         prof = Profile.model_validate(fields)
     except Exception as err:  # pydantic ValidationError

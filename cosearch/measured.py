@@ -17,7 +17,6 @@ Two formats, told apart by their columns:
 """
 from __future__ import annotations
 
-import io
 
 import math
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import _files
 from .errors import CosearchError
 from .model.columns import broadcast_columns
 from .model.feasibility import check_scalar
@@ -43,20 +43,9 @@ PASSTHROUGH = ("name", "source", "notes", "id")
 USER_COLUMNS = MODEL_COLUMNS + TRAINING_COLUMNS + CLUSTER_COLUMNS + PLAN_COLUMNS + (MEASURED,) + PASSTHROUGH
 
 
-def _skip_comments(path: str | Path) -> io.StringIO:
-    """The file's text without lines whose first non-blank character is ``#`` (comment lines, as in
-    the examples of docs/calibration.md); a ``#`` inside a cell is kept."""
-    with open(path, encoding="utf-8") as f:
-        return io.StringIO("".join(line for line in f if not line.lstrip().startswith("#")))
-
-
 def read_csv(path: str | Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(_skip_comments(path))
-    except FileNotFoundError:
-        raise CosearchError(str(path), "no such file") from None
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise CosearchError(str(path), f"cannot read CSV ({str(err).splitlines()[0]})") from None
+    """A measured CSV, read safely (size and encoding caps, ``#`` comment lines: :mod:`cosearch._files`)."""
+    return _files.read_csv(path)
 
 
 def detect_format(df: pd.DataFrame) -> str:
@@ -111,8 +100,9 @@ def user_candidates(df: pd.DataFrame, path: str = "measured CSV") -> Candidates:
         row = {k: _cell(v) for k, v in raw.items()}
         where = f"{path}: row {i}"
         measured = row.get(MEASURED)
-        if not isinstance(measured, (int, float)) or isinstance(measured, bool) or not measured > 0:
-            raise CosearchError(f"{where}: {MEASURED}", f"must be a positive number of seconds (got {raw.get(MEASURED)!r})")
+        if not isinstance(measured, (int, float)) or isinstance(measured, bool) \
+                or not 0 < measured <= 1e7:
+            raise CosearchError(f"{where}: {MEASURED}", f"must be a positive, finite number of seconds, at most 1e7 (got {raw.get(MEASURED)!r})")
         try:
             sc = parse_scenario(row_scenario(row))
             cols = scenario_columns(sc)
@@ -131,15 +121,56 @@ def user_candidates(df: pd.DataFrame, path: str = "measured CSV") -> Candidates:
     return Candidates(pd.DataFrame(rows), columns, np.arange(len(rows)), scenarios)
 
 
+#: Numeric columns of the published-runs format: (integer?, upper bound). Checked before use so
+#: junk cells ("abc", inf, a 400-digit number, 0 layers) are one-line errors naming row and column.
+PUBLISHED_NUMERIC = {
+    "row_id": (True, 1e9), "params_b_as_reported": (False, 1e6), "n_layers": (True, 1e5), "hidden_size": (True, 1 << 24),
+    "n_heads": (True, 1 << 20), "n_kv_heads": (True, 1 << 20), "ffn_hidden_size": (True, 1 << 24),
+    "vocab_size": (True, 1e8), "seq_len": (True, 1e8), "global_batch_size": (True, 1e9), "micro_batch_size": (True, 1e9),
+    "grad_accum_steps": (True, 1e9), "tp": (True, 1e8), "pp": (True, 1e8), "dp": (True, 1e8), "cp": (True, 1e8),
+    "vpp": (True, 1e5), "num_gpus": (True, 1e8), "iteration_time_s": (False, 1e7), "tflops_per_gpu": (False, 1e6),
+    "mfu_pct": (False, 1e3), "hfu_pct": (False, 1e3), "pct_of_peak_reported": (False, 1e3), "tokens_per_s": (False, 1e15),
+    "tokens_per_s_per_gpu": (False, 1e12), "aggregate_pflops": (False, 1e9),
+}
+
+
+def _checked_published(df: pd.DataFrame, path: str) -> pd.DataFrame:
+    """``df`` with its numeric columns as finite, positive, bounded floats (or a CosearchError)."""
+    df = df.copy()
+    for col, (integer, hi) in PUBLISHED_NUMERIC.items():
+        if col not in df.columns:
+            continue
+        raw = df[col]
+        num = pd.to_numeric(raw.astype(str).str.strip().replace({"": None, "nan": None, "NaN": None}), errors="coerce")
+        for i, (r, v) in enumerate(zip(raw.tolist(), num.tolist()), start=1):
+            given = r is not None and not (isinstance(r, float) and math.isnan(r)) and str(r).strip() not in ("", "nan", "NaN")
+            if not given:
+                continue
+            where = f"{path}: row {i}: {col}"
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                raise CosearchError(where, f"must be a number (got {r!r})")
+            if not (math.isfinite(v) and 0 < v <= hi):
+                raise CosearchError(where, f"out of range (got {r!r}; allowed: 0 < x <= {hi:g})")
+            if integer and not float(v).is_integer():
+                raise CosearchError(where, f"must be an integer (got {r!r})")
+        df[col] = num.astype(float)
+    return df
+
+
 def load_measured(path: str | Path) -> tuple[Candidates, str]:
     """Candidates from a measured CSV in either format, and the format's name."""
     df = read_csv(path)
     fmt = detect_format(df)
     if fmt == "published":
+        df = _checked_published(df, str(path))
         try:
             c = build_candidates(df)
         except IndexError:  # no row gave a candidate
             c = None
+        except CosearchError:
+            raise
+        except (ValueError, ArithmeticError, TypeError) as err:  # e.g. unknown gpu_type text
+            raise CosearchError(str(path), f"cannot use the published-runs rows ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
         if c is None or len(c.rows) == 0:
             raise CosearchError(str(path), "no usable rows (each needs the architecture, GPU type, GPU count and a step time)")
         return c, fmt

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, get_args
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import hardware, hf
+from . import _files, hardware, hf
 from .cloud.provision import CloudSpec, derived_cluster
+from ._numbers import Bool, Float, Int, ZeroStage, allowed_range
 from .errors import CosearchError
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
 from .presets import ARCH_FIELDS, preset
@@ -24,18 +24,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+#: Upper bounds: far beyond any real job, small enough that every result stays finite.
+MAX_DIM = 1 << 24          # hidden, ffn_hidden
+MAX_COUNT = 10**8          # GPUs and parallel degrees
+MAX_TOKENS = 1e16          # tokens to train (GPT-3: 3e11, Llama 3: 1.5e13)
+
+
 class ModelSpec(_Strict):
     """Transformer architecture (decoder-only)."""
 
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: Optional[int] = Field(None, gt=0, description="grouped-query attention; default = heads")
-    ffn_hidden: Optional[int] = Field(None, gt=0, description="default 4 * hidden")
-    gated_mlp: bool = False
-    vocab: int = Field(gt=0)
-    seq_len: int = Field(gt=0)
-    tied_embeddings: bool = True
+    layers: Int = Field(gt=0, le=100_000)
+    hidden: Int = Field(gt=0, le=MAX_DIM)
+    heads: Int = Field(gt=0, le=1 << 20)
+    kv_heads: Optional[Int] = Field(None, gt=0, le=1 << 20, description="grouped-query attention; default = heads")
+    ffn_hidden: Optional[Int] = Field(None, gt=0, le=MAX_DIM, description="default 4 * hidden")
+    gated_mlp: Bool = False
+    vocab: Int = Field(gt=0, le=10**8)
+    seq_len: Int = Field(gt=0, le=10**8)
+    tied_embeddings: Bool = True
 
     @model_validator(mode="after")
     def _defaults(self) -> "ModelSpec":
@@ -47,50 +53,50 @@ class ModelSpec(_Strict):
 
 
 class TrainingSpec(_Strict):
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    global_batch: Int = Field(gt=0, le=10**9, description="sequences per optimizer step")
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
-    tokens: Optional[float] = Field(None, gt=0, description="tokens to train, for time-to-train and cost")
+    tokens: Optional[Float] = Field(None, ge=1, le=MAX_TOKENS, description="tokens to train, for time-to-train and cost")
     attention: Literal["flash", "standard", "triton"] = Field(
         "flash", description="flash: fused kernels of 2023 on (FlashAttention-2/3, cuDNN); standard: unfused; "
         "triton: the 2023 Triton flash-attention kernel")
-    dropout: bool = Field(False, description="dropout layers on (GPT-3-era recipes); modern LLM recipes train without")
-    target_tokens: Optional[float] = Field(
-        None, gt=0, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
-    critical_batch_tokens: Optional[float] = Field(
-        None, gt=0, description="gradient noise scale B_noise in tokens (McCandlish et al. 2018); default infinite")
+    dropout: Bool = Field(False, description="dropout layers on (GPT-3-era recipes); modern LLM recipes train without")
+    target_tokens: Optional[Float] = Field(
+        None, ge=1, le=MAX_TOKENS, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
+    critical_batch_tokens: Optional[Float] = Field(
+        None, ge=1, le=MAX_TOKENS, description="gradient noise scale B_noise in tokens (McCandlish et al. 2018); default infinite")
 
 
 class ClusterSpec(_Strict):
     gpu: str
-    gpus: int = Field(gt=0)
-    gpus_per_node: Optional[int] = Field(None, gt=0)
-    nvlink_domain: Optional[int] = Field(None, gt=0)
-    hbm_gib: Optional[float] = Field(None, gt=0)
-    hbm_tbps: Optional[float] = Field(None, gt=0)
-    nvlink_gbps: Optional[float] = Field(None, gt=0)
-    network_gbps: Optional[float] = Field(None, gt=0)
-    power_w: Optional[float] = Field(None, gt=0)
-    price_usd_per_gpu_hour: Optional[float] = Field(None, ge=0)
-    expansion_gib: float = Field(0.0, ge=0, description="memory expansion tier (host DRAM / CXL) per GPU, GiB; per node if pooled")
-    expansion_gbps: float = Field(0.0, ge=0, description="expansion tier bandwidth per GPU, GB/s (reads and writes together)")
-    expansion_pooled: bool = Field(False, description="expansion_gib is one pool shared by the node's GPUs")
-    oversubscription: float = Field(1.0, ge=1.0, description="leaf-to-spine oversubscription; 1 = full bisection")
-    leaf_gpus: Optional[int] = Field(None, gt=0, description="GPUs under one leaf switch; default one NVLink domain")
+    gpus: Int = Field(gt=0, le=MAX_COUNT)
+    gpus_per_node: Optional[Int] = Field(None, gt=0, le=1 << 20)
+    nvlink_domain: Optional[Int] = Field(None, gt=0, le=MAX_COUNT)
+    hbm_gib: Optional[Float] = Field(None, gt=0, le=1e6)
+    hbm_tbps: Optional[Float] = Field(None, ge=1e-3, le=1e4)
+    nvlink_gbps: Optional[Float] = Field(None, ge=1e-3, le=1e6)
+    network_gbps: Optional[Float] = Field(None, ge=1e-3, le=1e6)
+    power_w: Optional[Float] = Field(None, gt=0, le=1e6)
+    price_usd_per_gpu_hour: Optional[Float] = Field(None, ge=0, le=1e4)
+    expansion_gib: Float = Field(0.0, ge=0, le=1e8, description="memory expansion tier (host DRAM / CXL) per GPU, GiB; per node if pooled")
+    expansion_gbps: Float = Field(0.0, ge=0, le=1e6, description="expansion tier bandwidth per GPU, GB/s (reads and writes together)")
+    expansion_pooled: Bool = Field(False, description="expansion_gib is one pool shared by the node's GPUs")
+    oversubscription: Float = Field(1.0, ge=1.0, le=1e3, description="leaf-to-spine oversubscription; 1 = full bisection")
+    leaf_gpus: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="GPUs under one leaf switch; default one NVLink domain")
 
 
 class PlanSpec(_Strict):
-    tp: int = Field(1, gt=0)
-    pp: int = Field(1, gt=0)
-    dp: Optional[int] = Field(None, gt=0, description="default gpus / (tp * pp * cp)")
-    cp: int = Field(1, gt=0)
-    microbatch: int = Field(1, gt=0)
-    interleave: int = Field(1, gt=0)
+    tp: Int = Field(1, gt=0, le=MAX_COUNT)
+    pp: Int = Field(1, gt=0, le=MAX_COUNT)
+    dp: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="default gpus / (tp * pp * cp)")
+    cp: Int = Field(1, gt=0, le=MAX_COUNT)
+    microbatch: Int = Field(1, gt=0, le=10**9)
+    interleave: Int = Field(1, gt=0, le=100_000)
     recompute: Literal["none", "selective", "full"] = "none"
-    sequence_parallel: bool = False
-    zero: Literal[0, 1, 2, 3] = 0
-    zero_group: Optional[int] = Field(None, gt=0, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")
-    overlap_grad_reduce: bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
-    tp_comm_overlap: bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
+    sequence_parallel: Bool = False
+    zero: ZeroStage = 0
+    zero_group: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")
+    overlap_grad_reduce: Bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
+    tp_comm_overlap: Bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
                                   "(Megatron-Core/NeMo --tp-comm-overlap, Transformer Engine userbuffers)")
     offload: Literal["none", "optimizer", "optimizer+weights", "activations", "optimizer+activations", "all"] = Field(
         "none", description="what lives in the cluster's memory expansion tier")
@@ -125,7 +131,24 @@ def _error_from_validation(err: ValidationError) -> CosearchError:
     if kind == "missing":
         return CosearchError(loc, "required field is missing")
     msg = first["msg"].rstrip(".")
-    return CosearchError(loc, f"{msg} (got {first.get('input')!r})")
+    got = first.get("input")
+    got = f"{got!r}" if len(repr(got)) <= 60 else f"{repr(got)[:40]}... ({type(got).__name__})"
+    rng = _field_range(first["loc"])
+    if rng and kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        msg = "out of range"
+    return CosearchError(loc, f"{msg} (got {got}{'; allowed: ' + rng if rng else ''})")
+
+
+def _field_range(loc: tuple) -> str:
+    """Allowed range of the scenario field at ``loc`` ('' when unknown or unbounded)."""
+    try:
+        model: Any = Scenario
+        for part in loc[:-1]:
+            ann = model.model_fields[str(part)].annotation
+            model = next(c for c in (ann, *get_args(ann)) if isinstance(c, type) and issubclass(c, BaseModel))
+        return allowed_range(model.model_fields[str(loc[-1])].metadata)
+    except (KeyError, StopIteration, IndexError, AttributeError):
+        return ""
 
 
 def _allowed_keys(section: tuple) -> list[str]:
@@ -175,19 +198,8 @@ def parse_scenario(data: Any) -> Scenario:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Read a YAML file, turning I/O and syntax problems into one-line errors."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise CosearchError(str(path), f"cannot read file ({err.strerror or err})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise CosearchError(str(path), f"malformed YAML{where}: {problem}") from None
+    """Read a user YAML file safely (size, encoding, alias, depth caps: :mod:`cosearch._files`)."""
+    return _files.read_yaml(path)
 
 
 def load_scenario(source: Any) -> Scenario:

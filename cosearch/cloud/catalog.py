@@ -88,15 +88,9 @@ def _merge(base: dict, over: Mapping) -> dict:
 
 
 def _read(path: str | Path) -> dict:
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as err:
-        raise CosearchError(str(path), f"cannot read catalog file ({err.strerror or err})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise CosearchError(str(path), f"malformed YAML{where}: {getattr(err, 'problem', None) or err}") from None
+    from .._files import read_yaml
+
+    data = read_yaml(path)  # size, encoding, alias and depth caps; one-line errors
     if data is None:
         return {}
     if not isinstance(data, Mapping) or not set(data) <= {"defaults", "providers"}:

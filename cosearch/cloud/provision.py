@@ -28,6 +28,7 @@ from typing import Any, Literal, Mapping, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._numbers import Float, Int
 from ..errors import CosearchError
 from .catalog import Catalog, InstanceType, load_catalog
 from .transient import QUANTILES, transient_metrics
@@ -42,14 +43,14 @@ class CloudSpec(BaseModel):
 
     provider: Optional[str] = None
     instance: str
-    instances: int = Field(gt=0, description="number of instances rented")
+    instances: Int = Field(gt=0, le=10**7, description="number of instances rented")
     region: Optional[str] = None
     pricing: Literal["on_demand", "spot"] = "on_demand"
-    checkpoint_interval_h: Optional[float] = Field(None, gt=0, description="hours of compute between checkpoints; default optimal")
-    revocation_per_hour: Optional[float] = Field(None, ge=0, description="spot revocations per instance-hour; default catalog")
-    failure_per_hour: Optional[float] = Field(None, ge=0, description="hardware failures per instance-hour; default catalog")
-    restart_s: Optional[float] = Field(None, ge=0)
-    storage_gbps: Optional[float] = Field(None, gt=0, description="checkpoint write/read Gbit/s per instance")
+    checkpoint_interval_h: Optional[Float] = Field(None, ge=1e-3, le=1e5, description="hours of compute between checkpoints; default optimal")
+    revocation_per_hour: Optional[Float] = Field(None, ge=0, le=1e3, description="spot revocations per instance-hour; default catalog")
+    failure_per_hour: Optional[Float] = Field(None, ge=0, le=1e3, description="hardware failures per instance-hour; default catalog")
+    restart_s: Optional[Float] = Field(None, ge=0, le=1e7)
+    storage_gbps: Optional[Float] = Field(None, ge=1e-3, le=1e6, description="checkpoint write/read Gbit/s per instance")
     catalog: Optional[str] = Field(None, description="extra catalog YAML file")
 
 
@@ -84,8 +85,12 @@ def derived_cluster(spec: CloudSpec, cluster: Mapping[str, Any] | None = None) -
     for key, value in derived.items():
         given = out.get(key)
         if given is not None:
-            same = given == value if isinstance(value, str) else (
-                isinstance(given, (int, float)) and math.isclose(float(given), float(value), rel_tol=1e-9))
+            try:
+                same = given == value if isinstance(value, str) else (
+                    isinstance(given, (int, float)) and not isinstance(given, bool)
+                    and math.isclose(float(given), float(value), rel_tol=1e-9))
+            except OverflowError:  # a 400-digit integer
+                same = False
             if not same:
                 raise CosearchError(f"cluster.{key}", f"set by cloud.instance {it.key} x {spec.instances} ({value!r}); "
                                     "change cloud.instance/instances/pricing instead, or drop the cloud section")

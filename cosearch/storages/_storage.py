@@ -129,10 +129,32 @@ class JournalLock(JournalFileOpenLock):
         os.unlink(tmp)
 
 
+def _check_writable(path: Path) -> None:
+    """The journal file (a regular file) and its directory (for the lock file) must be writable:
+    a one-line error naming ``--storage`` instead of optuna's PermissionError traceback."""
+    import stat
+
+    def fail(why: str) -> CosearchError:
+        return CosearchError("--storage", f"journal {str(path)!r} is not writable ({why})")
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            raise fail("not a regular file")
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise fail(f"no write permission on directory {str(path.parent)!r}")
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            raise fail("no read/write permission on the file")
+        with open(path, "ab"):  # what optuna does; also catches read-only file systems (even as root)
+            pass
+    except OSError as err:
+        raise fail(err.strerror or type(err).__name__) from None
+
+
 def _journal(path: Path) -> JournalStorage:
     if path.is_dir():
         raise CosearchError("--storage", f"{str(path)!r} is a directory; give a journal file path")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _check_writable(path)
     lock = JournalLock(str(path), grace_period=JOURNAL_LOCK_GRACE)
     logger.debug("journal storage at %s", path)
     return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))

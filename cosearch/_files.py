@@ -1,0 +1,139 @@
+"""The one safe reader for user files (scenario, search space, profile YAML; measured CSV).
+
+Every problem becomes a one-line :class:`~cosearch.errors.CosearchError` naming the file, within
+bounded time and memory, whatever the file holds:
+
+* only regular files are read (``/dev/zero``, FIFOs, directories and sockets are refused before
+  reading), and at most a stated number of bytes (:data:`YAML_MAX_BYTES`, :data:`CSV_MAX_BYTES`);
+* the bytes must be UTF-8 text without NUL bytes (binary files are refused);
+* YAML aliases (``*name``) are refused, so an alias bomb ("billion laughs") fails at once; nesting
+  deeper than :data:`YAML_MAX_DEPTH` is refused instead of overflowing the stack; integers longer
+  than :data:`MAX_INT_DIGITS` digits are refused instead of overflowing later.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import CosearchError
+
+YAML_MAX_BYTES = 256 << 10  #: 256 KiB: the largest shipped YAML is a few KiB; libyaml reads this in ~1 s
+CSV_MAX_BYTES = 64 << 20   #: 64 MiB: a measured CSV of some hundred thousand rows
+YAML_MAX_DEPTH = 64        #: nesting levels of mappings/sequences
+MAX_INT_DIGITS = 24        #: 10**24 exceeds every integer a scenario can hold
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.0f} KiB"
+
+
+def read_text(path: str | Path, max_bytes: int) -> str:
+    """The UTF-8 text of the regular file ``path`` (at most ``max_bytes`` bytes) or a CosearchError."""
+    name = str(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise CosearchError(name, "cannot read file (no such file)") from None
+    except OSError as err:
+        raise CosearchError(name, f"cannot read file ({err.strerror or err})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise CosearchError(name, "is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise CosearchError(name, "not a regular file (device, FIFO or socket); give a file")
+    if st.st_size > max_bytes:
+        raise CosearchError(name, f"file too large ({_mib(st.st_size)}; at most {_mib(max_bytes)})")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between stat and open
+                raise CosearchError(name, "not a regular file (device, FIFO or socket); give a file")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(max_bytes + 1)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise CosearchError(name, f"cannot read file ({err.strerror or err})") from None
+    if len(data) > max_bytes:
+        raise CosearchError(name, f"file too large (over {_mib(max_bytes)})")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise CosearchError(name, f"binary file (NUL byte at offset {nul}); expected UTF-8 text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise CosearchError(name, f"not UTF-8 text (byte 0x{data[err.start]:02x} on line {line})") from None
+
+
+_INT = re.compile(r"[-+]?(?:0b[01_]+|0x[0-9a-fA-F_]+|0o?[0-7_]+|[0-9][0-9_]*(?::[0-5]?[0-9])*)")
+_STRINGS_AND_COMMENTS = re.compile(r"'[^']*'|\"(?:[^\"\\\\]|\\\\.)*\"|(?:^|(?<=\s))#[^\n]*", re.M)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest ``[``/``{`` nesting outside quotes and comments (libyaml is quadratic in it)."""
+    import numpy as np
+
+    b = np.frombuffer(_STRINGS_AND_COMMENTS.sub("", text).encode("utf-8"), dtype=np.uint8)
+    step = ((b == 91) | (b == 123)).astype(np.int32) - ((b == 93) | (b == 125)).astype(np.int32)
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _refuse(name: str, mark: Any, problem: str) -> CosearchError:
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return CosearchError(name, f"malformed YAML{where}: {problem}")
+
+
+def _check_events(text: str, name: str) -> None:
+    """Refuse aliases, deep nesting and huge integers from the event stream (no nodes built)."""
+    depth = 0
+    for ev in yaml.parse(text, Loader=_Loader):
+        if isinstance(ev, yaml.AliasEvent):
+            raise _refuse(name, ev.start_mark, "YAML aliases (*name) are not supported; write the value out")
+        if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > YAML_MAX_DEPTH:
+                raise _refuse(name, ev.start_mark, f"nested deeper than {YAML_MAX_DEPTH} levels")
+        elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+        elif isinstance(ev, yaml.ScalarEvent) and not ev.style and len(ev.value) > MAX_INT_DIGITS \
+                and _INT.fullmatch(ev.value):
+            raise _refuse(name, ev.start_mark, f"integer with {len(ev.value)} characters (at most {MAX_INT_DIGITS} digits)")
+
+
+def parse_yaml(text: str, name: str = "YAML") -> Any:
+    """Parse YAML text safely; one-line CosearchError naming ``name`` on any problem."""
+    if _flow_depth(text) > YAML_MAX_DEPTH:
+        raise CosearchError(name, f"malformed YAML: brackets nested deeper than {YAML_MAX_DEPTH} levels")
+    try:
+        _check_events(text, name)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or (str(err).splitlines() or ["error"])[0]
+        raise _refuse(name, getattr(err, "problem_mark", None), problem) from None
+    except RecursionError:  # belt and braces: the depth caps should stop this first
+        raise CosearchError(name, "malformed YAML: nested too deeply") from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A user YAML file (scenario, search space, profile, catalog), read within the caps above."""
+    return parse_yaml(read_text(path, YAML_MAX_BYTES), str(path))
+
+
+def read_csv(path: str | Path) -> Any:
+    """A user CSV file as a pandas DataFrame, read within :data:`CSV_MAX_BYTES`. Lines whose first
+    non-blank character is ``#`` are comments (as in docs/calibration.md); a ``#`` inside a cell is kept."""
+    import pandas as pd
+
+    text = read_text(path, CSV_MAX_BYTES)
+    text = "".join(line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#"))
+    try:
+        return pd.read_csv(io.StringIO(text), comment=None)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, OverflowError) as err:
+        raise CosearchError(str(path), f"cannot read CSV ({(str(err).splitlines() or ['error'])[0]})") from None
