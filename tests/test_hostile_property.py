@@ -188,9 +188,6 @@ SPACE = {"model": "gpt3-175b", "training": {"global_batch": 1536, "tokens": 3e11
          "objectives": ["time_to_train_days"]}
 
 
-@pytest.mark.xfail(reason="cosearch/search/space.py (being split elsewhere) turns a fixed leaf such as `gpus: ''` or "
-                   "`gpus: {'': 0}` into a column with np.asarray(v, dtype=float) before validating it: ValueError/TypeError "
-                   "traceback; remove this mark once space.py validates fixed leaves", strict=False)
 @SETTINGS
 @given(st.sampled_from(["training", "cluster", "plan"]),
        st.sampled_from(["tp", "pp", "zero", "gpus", "hbm_gib", "tokens", "global_batch", "microbatch", "sequence_parallel",

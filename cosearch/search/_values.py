@@ -150,16 +150,27 @@ class _Resolver:
         v = self.raw(path, default)
         if v is None:
             raise CosearchError(path, "required field is missing")
-        if isinstance(v, _Cat):
-            return v.lookup(lambda x: np.nan if x is None else float(x))
-        return np.asarray(v, dtype=float)
+        try:
+            if isinstance(v, _Cat):
+                return v.lookup(lambda x: np.nan if x is None else float(x))
+            return np.asarray(v, dtype=float)
+        except (TypeError, ValueError, OverflowError):
+            raise CosearchError(path, f"expected a number or a list/range of numbers (got {_short(v)})") from None
 
     def coded(self, path: str, default: str | None) -> np.ndarray | float:
         v = self.raw(path, default)
         codes = CATEGORICAL_CODES[path.rsplit(".", 1)[-1]]
-        if isinstance(v, _Cat):
-            return v.lookup(lambda x: float(codes[x]))
-        return float(codes[v])
+        try:
+            if isinstance(v, _Cat):
+                return v.lookup(lambda x: float(codes[x]))
+            return float(codes[v])
+        except (KeyError, TypeError):
+            raise CosearchError(path, f"expected one of {', '.join(codes)} (got {_short(v)})") from None
+
+
+def _short(v: Any) -> str:
+    text = repr(v.names if isinstance(v, _Cat) else v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _jsonable(x: Any) -> Any:
