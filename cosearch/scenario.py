@@ -71,7 +71,7 @@ class ClusterSpec(_Strict):
     gpus: Int = Field(gt=0, le=MAX_COUNT)
     gpus_per_node: Optional[Int] = Field(None, gt=0, le=1 << 20)
     nvlink_domain: Optional[Int] = Field(None, gt=0, le=MAX_COUNT)
-    hbm_gib: Optional[Float] = Field(None, gt=0, le=1e6)
+    hbm_gib: Optional[Float] = Field(None, gt=0, le=1e6, description="HBM per GPU: the datasheet 'GB' number as sold, read as GiB (within ~0.5 % for HBM stacks)")
     hbm_tbps: Optional[Float] = Field(None, ge=1e-3, le=1e4)
     nvlink_gbps: Optional[Float] = Field(None, ge=1e-3, le=1e6)
     network_gbps: Optional[Float] = Field(None, ge=1e-3, le=1e6)
