@@ -93,10 +93,10 @@ def _as_space(space: SearchSpace | str | Path | Mapping[str, Any]) -> SearchSpac
     return load_space(space)
 
 
-def _as_storage(storage: BaseStorage | str | None) -> BaseStorage:
+def _as_storage(storage: BaseStorage | str | None, *, must_exist: bool = False) -> BaseStorage:
     if isinstance(storage, BaseStorage):
         return storage
-    return resolve_storage(storage)
+    return resolve_storage(storage, must_exist=must_exist)
 
 
 def _quiet_optuna() -> None:
@@ -123,7 +123,7 @@ def _space_key(d: Mapping[str, Any]) -> dict[str, Any]:
 def load_study(study_name: str, storage: BaseStorage | str | None = None) -> optuna.Study:
     """Open an existing study (one-line error naming the known studies when it does not exist)."""
     _quiet_optuna()
-    st = _as_storage(storage)
+    st = _as_storage(storage, must_exist=True)
     names = [s.study_name for s in st.get_all_studies()]
     if study_name not in names:
         where = storage if isinstance(storage, str) else "the default storage (./cosearch_studies.journal)" if storage is None else "this storage"
@@ -310,15 +310,30 @@ def run_study(
         space._require_finite("exhaustive search")
     st = _as_storage(storage)
     kind = "exhaustive" if method == "exhaustive" else "sampled"
+    existed = any(s.study_name == study_name for s in st.get_all_studies())
     study = _open_study(space, study_name, st, method, kind, profile)
-    failed = fail_stale_trials(study)
-    if failed:
-        logger.warning("study %r: %d trial(s) left RUNNING by a dead worker marked FAIL", study_name, failed)
-    if method == "exhaustive":
-        return _run_exhaustive(space, study, callback, profile, exhaustive or run_exhaustive)
-    if method in OPTUNA_SAMPLERS:
-        return _run_optuna(space, study, method, int(n_trials), seed, batch_size, callback, timeout, profile, budget)
-    return _run_scipy(space, study, method, int(n_trials), seed, callback, timeout, profile)
+    try:
+        failed = fail_stale_trials(study)
+        if failed:
+            logger.warning("study %r: %d trial(s) left RUNNING by a dead worker marked FAIL", study_name, failed)
+        if method == "exhaustive":
+            return _run_exhaustive(space, study, callback, profile, exhaustive or run_exhaustive)
+        if method in OPTUNA_SAMPLERS:
+            return _run_optuna(space, study, method, int(n_trials), seed, batch_size, callback, timeout, profile, budget)
+        return _run_scipy(space, study, method, int(n_trials), seed, callback, timeout, profile)
+    except BaseException:
+        if not existed:
+            _drop_if_empty(study)
+        raise
+
+
+def _drop_if_empty(study: optuna.Study) -> None:
+    """Delete a study this run created when the run failed before storing any trial."""
+    try:
+        if not study.get_trials(deepcopy=False):
+            study._storage.delete_study(study._study_id)
+    except Exception as err:  # pragma: no cover - never mask the run's own error
+        logger.debug("could not remove empty study %r: %s", study.study_name, err)
 
 
 def _finish(study: optuna.Study, method: str, kind: str, t0: float, n_before: int, seed: int | None, seed_used: int | None,
@@ -777,7 +792,7 @@ def pareto_front(study: optuna.Study) -> pd.DataFrame:
 def list_studies(storage: BaseStorage | str | None = None) -> list[dict[str, Any]]:
     """Every study in the storage with its counts and best values per objective."""
     _quiet_optuna()
-    st = _as_storage(storage)
+    st = _as_storage(storage, must_exist=True)
     out = []
     for s in st.get_all_studies():
         trials = st.get_all_trials(s._study_id, deepcopy=False)

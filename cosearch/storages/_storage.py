@@ -13,6 +13,8 @@ owner process is provably gone. Trials it cannot judge (untagged, another host) 
 """
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 import os
 import random
@@ -28,6 +30,7 @@ import optuna
 from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+from optuna.storages.journal._file import get_lock_file
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from ..errors import CosearchError
@@ -53,7 +56,38 @@ _ALLOWED = ("a journal file path (default ./cosearch_studies.journal), sqlite://
 OwnerAlive = Callable[[Mapping[str, Any]], "bool | None"]
 
 
-def resolve_storage(url: str | None, *, workdir: Path | None = None) -> BaseStorage:
+_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)@")
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` URL in it masked."""
+    return _PASSWORD.sub(r"\1***@", str(text))
+
+
+def _module_available(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def normalize_url(url: str) -> str:
+    """The documented ``postgresql://`` (or ``postgres://``) URL with a driver that is installed.
+
+    SQLAlchemy 2.1 maps a bare ``postgresql://`` to psycopg 3, while the ``[postgres]`` extra
+    installs psycopg2: pick ``postgresql+psycopg2://`` when only psycopg2 is importable.
+    """
+    m = re.match(r"^(postgresql|postgres)://", url)
+    if m is None:
+        return url
+    if _module_available("psycopg2") and not _module_available("psycopg"):
+        return "postgresql+psycopg2://" + url[m.end():]
+    return "postgresql://" + url[m.end():]
+
+
+def resolve_storage(url: str | None, *, workdir: Path | None = None, must_exist: bool = False) -> BaseStorage:
     """Turn a ``--storage`` value into an optuna storage.
 
     ``None``: journal file ``workdir/cosearch_studies.journal`` (``workdir`` defaults to the
@@ -61,30 +95,41 @@ def resolve_storage(url: str | None, *, workdir: Path | None = None) -> BaseStor
     with heartbeat; SQLite gets a 60 s busy timeout. Any other string without a ``scheme://``
     prefix is a journal file path, relative to ``workdir``. Anything else raises
     :class:`~cosearch.errors.CosearchError` (a ``ValueError``) naming ``--storage``.
+    ``must_exist`` (read-only commands): a missing journal or SQLite file is an error instead of
+    being created. No message ever shows a password.
     """
+    from ._compat import check_optuna
+
+    check_optuna()
     base = Path.cwd() if workdir is None else Path(workdir)
     if url is None:
-        return _journal(base / DEFAULT_JOURNAL)
+        return _journal(base / DEFAULT_JOURNAL, must_exist)
     if not isinstance(url, str) or not url.strip():
         raise CosearchError("--storage", f"empty value; use {_ALLOWED}")
     url = url.strip()
     if url.startswith(_RDB_PREFIXES):
-        return _rdb(url)
+        return _rdb(normalize_url(url), must_exist, base)
     m = _SCHEME.match(url)
     if m is not None:
-        raise CosearchError("--storage", f"unsupported scheme {m.group(1)!r} in {url!r}; use {_ALLOWED}")
+        raise CosearchError("--storage", f"unsupported scheme {m.group(1)!r} in {mask_url(url)!r}; use {_ALLOWED}")
     path = Path(url).expanduser()
-    return _journal(path if path.is_absolute() else base / path)
+    return _journal(path if path.is_absolute() else base / path, must_exist)
 
 
 class JournalLock(JournalFileOpenLock):
-    """optuna's ``O_CREAT|O_EXCL`` lock file (NFSv3+ safe) with a short, jittered retry delay.
+    """optuna's lock file protocol (a ``.lock`` file that exists while held; NFS safe) with a
+    short, jittered retry delay and immediate recovery from a dead holder.
 
     optuna's own ``acquire`` doubles its sleep from 1 ms up to 1 s and never resets it, so with
     a few concurrent writers a process often sleeps ~0.5 s for a lock held for a millisecond
-    (4 writers: 0.3 s -> 1.5 s for 25 trials each). Here the delay is capped at 20 ms. A lock
-    file whose mtime stays unchanged for ``grace_period`` seconds (its holder died inside the
-    append) is broken, as optuna does.
+    (4 writers: 0.3 s -> 1.5 s for 25 trials each). Here the delay is capped at 20 ms.
+
+    The lock file is created atomically *with* its holder's record (host identity, pid, process
+    start time) by ``link(2)``-ing a private temporary file to the lock name. A waiter that finds
+    the holder provably dead (same host, pid gone or reused) breaks the lock at once; breakers are
+    serialised by an ``flock`` (released by the kernel) on ``<journal>.lock.break`` and break
+    only the very lock file they judged. A lock whose holder cannot be judged (other host, empty
+    record) is broken after ``grace_period`` seconds without change, as optuna does.
     """
 
     def __init__(self, filepath: str, grace_period: int | None = JOURNAL_LOCK_GRACE) -> None:
@@ -92,31 +137,92 @@ class JournalLock(JournalFileOpenLock):
         self._path = filepath + ".lock"
         self._grace = grace_period
 
+    def _create(self) -> bool:
+        tmp = f"{self._path}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, _lock_record())
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, self._path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:  # file systems without hard links: plain O_EXCL (record written after)
+            try:
+                fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                return False
+            try:
+                os.write(fd, _lock_record())
+            finally:
+                os.close(fd)
+            return True
+        finally:
+            os.unlink(tmp)
+
+    def _holder_dead(self) -> bool:
+        try:
+            with open(self._path, "rb") as f:
+                raw = f.read(4096)
+        except OSError:
+            return False
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            return False
+        return isinstance(rec, dict) and owner_is_alive(rec) is False
+
+    def _break(self, judge: Callable[[], bool], why: str) -> None:
+        """Remove the lock file if ``judge()`` still holds under the breakers' flock."""
+        try:
+            fd = os.open(self._path + ".break", os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError:
+            fd = None
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if judge():
+                logger.warning("journal lock %s: %s; breaking it", self._path, why)
+                try:
+                    self.release()
+                except RuntimeError:
+                    pass
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the flock
+
     def acquire(self) -> bool:
         delay = 0.0005
-        seen_mtime: float | None = None
+        seen: tuple[float, int] | None = None
         seen_at = time.monotonic()
+        checked_dead = 0.0
         while True:
-            try:
-                os.close(os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            if self._create():
                 return True
-            except FileExistsError:
-                pass
-            if self._grace is not None:
-                try:
-                    mtime = os.stat(self._path).st_mtime
-                except OSError:
-                    continue  # released meanwhile: retry at once
-                if mtime != seen_mtime:
-                    seen_mtime, seen_at = mtime, time.monotonic()
-                elif time.monotonic() - seen_at > self._grace:
-                    logger.warning("journal lock %s held for over %s s without change: breaking it",
-                                   self._path, self._grace)
-                    try:
-                        self.release()
-                    except RuntimeError:
-                        pass
+            try:
+                st = os.stat(self._path)
+            except OSError:
+                continue  # released meanwhile: retry at once
+            now = time.monotonic()
+            if now - checked_dead > 0.05:  # reading the record costs an open: not on every spin
+                checked_dead = now
+                if self._holder_dead():
+                    self._break(self._holder_dead, "its holder process is gone")
                     continue
+            key = (st.st_mtime, st.st_ino)
+            if key != seen:
+                seen, seen_at = key, now
+            elif self._grace is not None and now - seen_at > self._grace:
+                def unchanged() -> bool:
+                    try:
+                        s2 = os.stat(self._path)
+                    except OSError:
+                        return False
+                    return (s2.st_mtime, s2.st_ino) == key
+                self._break(unchanged, f"held for over {self._grace} s without change")
+                continue
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.02)
 
@@ -129,32 +235,141 @@ class JournalLock(JournalFileOpenLock):
         os.unlink(tmp)
 
 
-def _journal(path: Path) -> JournalStorage:
+_LOCK_RECORD: tuple[int, bytes] | None = None
+
+
+def _lock_record() -> bytes:
+    """This process's owner record as the journal lock file's content (cached per pid)."""
+    global _LOCK_RECORD
+    pid = os.getpid()
+    if _LOCK_RECORD is None or _LOCK_RECORD[0] != pid:
+        rec = owner_record()
+        rec.pop("tagged_at", None)
+        rec.pop("token", None)  # a pid's liveness, not the worker token, decides a lock
+        _LOCK_RECORD = (pid, json.dumps(rec).encode())
+    return _LOCK_RECORD[1]
+
+
+class JournalBackend(JournalFileBackend):
+    """optuna's journal file backend that survives a write cut short and refuses corruption.
+
+    * A last line without its newline (a process killed inside ``write``) is skipped when read
+      and truncated away, with a one-line warning, before the next append: otherwise the next
+      append would be glued onto it and every later read would fail.
+    * A complete line that is not JSON raises :class:`~cosearch.errors.CosearchError` naming the
+      file and line: a corrupt journal never reads as "no studies" (optuna skips a bad last line).
+    """
+
+    def read_logs(self, log_number_from: int):  # type: ignore[override]
+        with open(self._file_path, "rb") as f:
+            remaining = os.fstat(f.fileno()).st_size
+            start = 0
+            if log_number_from in self._log_number_offset:
+                f.seek(self._log_number_offset[log_number_from])
+                start = log_number_from
+                remaining -= self._log_number_offset[log_number_from]
+            for log_number, line in enumerate(f, start=start):
+                remaining -= len(line)
+                if remaining < 0 or not line.endswith(b"\n"):
+                    break  # being written now, or cut by a crash (dropped at the next append)
+                try:
+                    log = json.loads(line)
+                except ValueError as err:
+                    raise CosearchError("--storage", f"journal {self._file_path} is corrupt at line "
+                                        f"{log_number + 1} ({err}); restore it from a backup or remove that line") from err
+                if log_number + 1 not in self._log_number_offset:
+                    self._log_number_offset[log_number + 1] = self._log_number_offset[log_number] + len(line)
+                if log_number < log_number_from:
+                    continue
+                yield log
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+        with get_lock_file(self._lock):
+            fd = os.open(self._file_path, os.O_RDWR | os.O_APPEND)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    _drop_partial_tail(fd, size, self._file_path)
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _drop_partial_tail(fd: int, size: int, path: str) -> None:
+    pos, chunk = size, 65536
+    keep = 0
+    while pos > 0:
+        lo = max(0, pos - chunk)
+        buf = os.pread(fd, pos - lo, lo)
+        i = buf.rfind(b"\n")
+        if i >= 0:
+            keep = lo + i + 1
+            break
+        pos = lo
+    os.ftruncate(fd, keep)
+    logger.warning("journal %s ended with a partial line of %d bytes (a write was cut by a crash): dropped it",
+                   path, size - keep)
+
+
+def _journal(path: Path, must_exist: bool = False) -> JournalStorage:
     if path.is_dir():
         raise CosearchError("--storage", f"{str(path)!r} is a directory; give a journal file path")
+    if must_exist and not path.exists():
+        raise CosearchError("--storage", f"journal file {str(path)!r} does not exist")
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = JournalLock(str(path), grace_period=JOURNAL_LOCK_GRACE)
     logger.debug("journal storage at %s", path)
-    return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    return JournalStorage(JournalBackend(str(path), lock_obj=lock))
 
 
-def _rdb(url: str) -> RDBStorage:
+def _sqlite_file(url: str, base: Path) -> Path | None:
+    """The database file of a ``sqlite:///FILE`` URL (None for in-memory)."""
+    rest = url.split(":", 1)[1]
+    if not rest.startswith("///"):
+        return None
+    name = rest[3:].split("?", 1)[0]
+    if not name or name == ":memory:":
+        return None
+    p = Path(name)
+    return p if p.is_absolute() else base / p
+
+
+def _rdb(url: str, must_exist: bool = False, base: Path | None = None) -> RDBStorage:
     engine_kwargs: dict[str, Any]
+    db_file = _sqlite_file(url, base or Path.cwd()) if url.startswith("sqlite:") else None
     if url.startswith("sqlite:"):
         # Wait for the database lock instead of failing with "database is locked".
         engine_kwargs = {"connect_args": {"timeout": 60}}
+        if must_exist and db_file is not None and not db_file.exists():
+            raise CosearchError("--storage", f"SQLite database {str(db_file)!r} does not exist")
     else:
         engine_kwargs = {"pool_pre_ping": True}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ExperimentalWarning)
+    guard = None
+    if db_file is not None and db_file.parent.is_dir():
+        # Serialise table creation on a fresh file: concurrent creators otherwise fail with
+        # "UNIQUE constraint failed: alembic_version" / "table ... already exists".
         try:
-            return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_INTERVAL,
-                              grace_period=GRACE_PERIOD)
-        except ImportError as err:
-            raise CosearchError("--storage", f"cannot open {url!r}: missing driver ({err})") from err
-        except Exception as err:  # sqlalchemy errors: bad URL, unreachable server, ...
-            msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise CosearchError("--storage", f"cannot open {url!r}: {msg}") from err
+            guard = os.open(str(db_file) + ".create-lock", os.O_CREAT | os.O_RDWR, 0o644)
+            fcntl.flock(guard, fcntl.LOCK_EX)
+        except OSError:
+            guard = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            try:
+                return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_INTERVAL,
+                                  grace_period=GRACE_PERIOD)
+            except ImportError as err:
+                raise CosearchError("--storage", f"cannot open {mask_url(url)!r}: missing driver "
+                                    f"({mask_url(str(err))})") from err
+            except Exception as err:  # sqlalchemy errors: bad URL, unreachable server, ...
+                msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+                raise CosearchError("--storage", f"cannot open {mask_url(url)!r}: {mask_url(msg)}") from err
+    finally:
+        if guard is not None:
+            os.close(guard)
 
 
 # --- trial ownership -------------------------------------------------------------------------
