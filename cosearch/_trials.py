@@ -166,7 +166,10 @@ class TrialWriter:
         self.codec = codec
         self._dist_json = {k: distribution_to_json(d) for k, d in codec.distributions.items()}
         s = self.storage
-        self.fast = (isinstance(s, JournalStorage) and hasattr(s, "_backend") and hasattr(s, "_replay_result")
+        from .storages._compat import fast_paths_enabled
+
+        tested = fast_paths_enabled()  # untested optuna: public API only
+        self.fast = tested and (isinstance(s, JournalStorage) and hasattr(s, "_backend") and hasattr(s, "_replay_result")
                      and hasattr(s, "_thread_lock") and hasattr(s, "_sync_with_backend"))
         if self.fast:
             try:
@@ -178,7 +181,7 @@ class TrialWriter:
         from .rdb_batch import rdb_backend
 
         # RDB storages: one transaction per batch (cosearch.rdb_batch) instead of ~10 commits per trial
-        self.rdb = not self.fast and rdb_backend(s) is not None
+        self.rdb = tested and not self.fast and rdb_backend(s) is not None
 
     # ------------------------------------------------------------------------------ journal
     def _append(self, logs: list[dict[str, Any]]) -> None:
