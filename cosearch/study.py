@@ -51,7 +51,7 @@ from .samplers import (
 from .search.pareto import pareto_mask
 from .search.space import CONSTRAINT_METRICS, OBJECTIVE_METRICS, SearchSpace, direction, load_space, parse_space
 from .storages import OWNER_ATTR, fail_stale_trials, resolve_storage
-from .storages._storage import owner_record
+from .storages._storage import mask_url, owner_record
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def load_study(study_name: str, storage: BaseStorage | str | None = None) -> opt
     st = _as_storage(storage, must_exist=True)
     names = [s.study_name for s in st.get_all_studies()]
     if study_name not in names:
-        where = storage if isinstance(storage, str) else "the default storage (./cosearch_studies.journal)" if storage is None else "this storage"
+        where = mask_url(storage) if isinstance(storage, str) else "the default storage (./cosearch_studies.journal)" if storage is None else "this storage"
         known = ", ".join(sorted(names)) if names else "none"
         raise CosearchError("--study", f"no study named {study_name!r} in {where}; known studies: {known}")
     with warnings.catch_warnings():
@@ -147,6 +147,12 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
     if name in existing:
         study = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())
         info = study.user_attrs.get(ATTR)
+        if not isinstance(info, Mapping) and not study.get_trials(deepcopy=False) \
+                and list(study.directions) == [optuna.study.StudyDirection.MAXIMIZE if d == "maximize"
+                                               else optuna.study.StudyDirection.MINIMIZE for d in space.directions]:
+            # a run killed between creating the study and describing it: finish creating it
+            logger.warning("study %r was left half-created by an interrupted run: completing it", name)
+            return _describe_study(study, space, method, kind, profile)
         if not isinstance(info, Mapping):
             raise CosearchError("--study", f"study {name!r} exists but was not made by cosearch; use another name")
         if _space_key(info.get("space", {})) != _space_key(space.to_dict()):
@@ -159,6 +165,10 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
         return study
     study = optuna.create_study(study_name=name, storage=storage, directions=space.directions,
                                 sampler=optuna.samplers.RandomSampler())
+    return _describe_study(study, space, method, kind, profile)
+
+
+def _describe_study(study: optuna.Study, space: SearchSpace, method: str, kind: str, profile: Profile) -> optuna.Study:
     study.set_user_attr(ATTR, {
         "space": space.to_dict(), "objectives": list(space.objectives), "directions": list(space.directions),
         "constraints": dict(space.constraints), "method": method, "kind": kind, "profile": _profile_key(profile),

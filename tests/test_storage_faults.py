@@ -181,3 +181,24 @@ def test_workers_above_cores_warn_and_summary_counts_their_trials(tmp_path, monk
     assert f"exceeds the {cores} usable CPU core" in r.stderr
     assert "(0 new, 0/s)" not in r.stdout
     assert f"40 new by {cores + 1} workers" in r.stdout
+
+
+def test_cli_error_masks_a_password(tmp_path, capsys):
+    rc, out, err = _cli(["best", "--study", "s", "--storage", "postgresql://bob:s3cret@127.0.0.1:1/db"], capsys)
+    assert rc == 2 and "s3cret" not in err + out and err.count("\n") == 1
+
+
+def test_study_half_created_by_a_killed_run_is_completed(tmp_path, capsys, caplog):
+    """Killed between optuna's create_study and cosearch's study description (seen in bench_faults)."""
+    sp = write_space(tmp_path)
+    journal = str(tmp_path / "h.journal")
+    optuna.create_study(study_name="h", storage=resolve_storage(journal),
+                        directions=["minimize", "minimize"])
+    rc, out, err = _cli(["run", sp, "--study", "h", "--storage", journal, "--sampler", "random", "--trials", "20"],
+                        capsys)
+    assert rc == 0, err
+    assert any("half-created" in r.getMessage() for r in caplog.records)
+    optuna.create_study(study_name="other", storage=resolve_storage(journal), direction="maximize")
+    rc, _, err = _cli(["run", sp, "--study", "other", "--storage", journal, "--sampler", "random", "--trials", "20"],
+                      capsys)
+    assert rc == 2 and "not made by cosearch" in err
