@@ -347,7 +347,7 @@ def _rdb(url: str, must_exist: bool = False, base: Path | None = None) -> RDBSto
     else:
         engine_kwargs = {"pool_pre_ping": True}
     guard = None
-    if db_file is not None and db_file.parent.is_dir():
+    if db_file is not None and not must_exist and db_file.parent.is_dir():
         # Serialise table creation on a fresh file: concurrent creators otherwise fail with
         # "UNIQUE constraint failed: alembic_version" / "table ... already exists".
         try:
