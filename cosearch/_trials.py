@@ -178,9 +178,9 @@ class TrialWriter:
                 self.fast = False
             else:
                 self._op = JournalOperation
-        from .rdb_batch import rdb_backend
+        from .storages.rdb_batch import rdb_backend
 
-        # RDB storages: one transaction per batch (cosearch.rdb_batch) instead of ~10 commits per trial
+        # RDB storages: one transaction per batch (cosearch.storages.rdb_batch) instead of ~10 commits per trial
         self.rdb = tested and not self.fast and rdb_backend(s) is not None
 
     # ------------------------------------------------------------------------------ journal
@@ -231,7 +231,7 @@ class TrialWriter:
             self._append([self._create_log(r, a, None) for r, a in zip(rows, attrs)])
             return self._ids_of_batch(token, len(attrs))
         if self.rdb:
-            from .rdb_batch import create_trials
+            from .storages.rdb_batch import create_trials
 
             return create_trials(self.storage, self.study_id,
                                  [{"params": self.codec.to_params(r), "system_attrs": a} for r, a in zip(rows, attrs)],
@@ -259,7 +259,7 @@ class TrialWriter:
             self._append(logs)
             return
         if self.rdb:
-            from .rdb_batch import finish_trials
+            from .storages.rdb_batch import finish_trials
 
             finish_trials(self.storage, [
                 (tid, {"state": rec.state, "values": rec.values, "user_attrs": rec.user_attrs,
@@ -297,7 +297,7 @@ class TrialWriter:
                 self._append(logs)
                 continue
             if self.rdb:
-                from .rdb_batch import create_trials
+                from .storages.rdb_batch import create_trials
 
                 create_trials(self.storage, self.study_id, [
                     {"params": self.codec.to_params(r.row), "state": r.state,

@@ -1,9 +1,12 @@
 """Where studies live (``--storage``), and cleanup of trials orphaned by crashed workers.
 
 Default store: an optuna journal file ``cosearch_studies.journal`` in the working directory,
-guarded by an ``O_CREAT|O_EXCL`` lock file (:class:`JournalLock`, optuna's
-``JournalFileOpenLock`` with a shorter retry delay) so several processes can append concurrently.
-``sqlite:``/``postgresql``/``mysql`` URLs give an ``RDBStorage`` with heartbeats.
+guarded by a lock file (:class:`JournalLock`: optuna's ``JournalFileOpenLock`` protocol with a
+shorter retry delay, the holder's pid inside, and a dead holder's lock broken at once) so several
+processes can append concurrently; :class:`JournalBackend` drops a line cut by a crash before the
+next append and refuses a corrupt line. ``sqlite:``/``postgresql``/``mysql`` URLs give an
+``RDBStorage`` with heartbeats (``postgresql://`` gets the installed driver; messages never show
+a password; a fresh SQLite file's tables are created under a file lock).
 
 A worker killed mid-trial leaves the trial RUNNING forever: journal storage has no heartbeat in
 optuna 5, and RDB heartbeats only cover ``study.optimize`` (ask/tell trials never get one). So
