@@ -166,7 +166,10 @@ class TrialWriter:
         self.codec = codec
         self._dist_json = {k: distribution_to_json(d) for k, d in codec.distributions.items()}
         s = self.storage
-        self.fast = (isinstance(s, JournalStorage) and hasattr(s, "_backend") and hasattr(s, "_replay_result")
+        from .storages._compat import fast_paths_enabled
+
+        tested = fast_paths_enabled()  # untested optuna: public API only
+        self.fast = tested and (isinstance(s, JournalStorage) and hasattr(s, "_backend") and hasattr(s, "_replay_result")
                      and hasattr(s, "_thread_lock") and hasattr(s, "_sync_with_backend"))
         if self.fast:
             try:
@@ -175,10 +178,10 @@ class TrialWriter:
                 self.fast = False
             else:
                 self._op = JournalOperation
-        from .rdb_batch import rdb_backend
+        from .storages.rdb_batch import rdb_backend
 
-        # RDB storages: one transaction per batch (cosearch.rdb_batch) instead of ~10 commits per trial
-        self.rdb = not self.fast and rdb_backend(s) is not None
+        # RDB storages: one transaction per batch (cosearch.storages.rdb_batch) instead of ~10 commits per trial
+        self.rdb = tested and not self.fast and rdb_backend(s) is not None
 
     # ------------------------------------------------------------------------------ journal
     def _append(self, logs: list[dict[str, Any]]) -> None:
@@ -228,7 +231,7 @@ class TrialWriter:
             self._append([self._create_log(r, a, None) for r, a in zip(rows, attrs)])
             return self._ids_of_batch(token, len(attrs))
         if self.rdb:
-            from .rdb_batch import create_trials
+            from .storages.rdb_batch import create_trials
 
             return create_trials(self.storage, self.study_id,
                                  [{"params": self.codec.to_params(r), "system_attrs": a} for r, a in zip(rows, attrs)],
@@ -256,7 +259,7 @@ class TrialWriter:
             self._append(logs)
             return
         if self.rdb:
-            from .rdb_batch import finish_trials
+            from .storages.rdb_batch import finish_trials
 
             finish_trials(self.storage, [
                 (tid, {"state": rec.state, "values": rec.values, "user_attrs": rec.user_attrs,
@@ -294,7 +297,7 @@ class TrialWriter:
                 self._append(logs)
                 continue
             if self.rdb:
-                from .rdb_batch import create_trials
+                from .storages.rdb_batch import create_trials
 
                 create_trials(self.storage, self.study_id, [
                     {"params": self.codec.to_params(r.row), "state": r.state,

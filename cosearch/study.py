@@ -51,7 +51,7 @@ from .samplers import (
 from .search.pareto import pareto_mask
 from .search.space import CONSTRAINT_METRICS, OBJECTIVE_METRICS, SearchSpace, direction, load_space, parse_space
 from .storages import OWNER_ATTR, fail_stale_trials, resolve_storage
-from .storages._storage import owner_record
+from .storages._storage import mask_url, owner_record
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +93,10 @@ def _as_space(space: SearchSpace | str | Path | Mapping[str, Any]) -> SearchSpac
     return load_space(space)
 
 
-def _as_storage(storage: BaseStorage | str | None) -> BaseStorage:
+def _as_storage(storage: BaseStorage | str | None, *, must_exist: bool = False) -> BaseStorage:
     if isinstance(storage, BaseStorage):
         return storage
-    return resolve_storage(storage)
+    return resolve_storage(storage, must_exist=must_exist)
 
 
 def _quiet_optuna() -> None:
@@ -123,10 +123,10 @@ def _space_key(d: Mapping[str, Any]) -> dict[str, Any]:
 def load_study(study_name: str, storage: BaseStorage | str | None = None) -> optuna.Study:
     """Open an existing study (one-line error naming the known studies when it does not exist)."""
     _quiet_optuna()
-    st = _as_storage(storage)
+    st = _as_storage(storage, must_exist=True)
     names = [s.study_name for s in st.get_all_studies()]
     if study_name not in names:
-        where = storage if isinstance(storage, str) else "the default storage (./cosearch_studies.journal)" if storage is None else "this storage"
+        where = mask_url(storage) if isinstance(storage, str) else "the default storage (./cosearch_studies.journal)" if storage is None else "this storage"
         known = ", ".join(sorted(names)) if names else "none"
         raise CosearchError("--study", f"no study named {study_name!r} in {where}; known studies: {known}")
     with warnings.catch_warnings():
@@ -147,6 +147,12 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
     if name in existing:
         study = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())
         info = study.user_attrs.get(ATTR)
+        if not isinstance(info, Mapping) and not study.get_trials(deepcopy=False) \
+                and list(study.directions) == [optuna.study.StudyDirection.MAXIMIZE if d == "maximize"
+                                               else optuna.study.StudyDirection.MINIMIZE for d in space.directions]:
+            # a run killed between creating the study and describing it: finish creating it
+            logger.warning("study %r was left half-created by an interrupted run: completing it", name)
+            return _describe_study(study, space, method, kind, profile)
         if not isinstance(info, Mapping):
             raise CosearchError("--study", f"study {name!r} exists but was not made by cosearch; use another name")
         if _space_key(info.get("space", {})) != _space_key(space.to_dict()):
@@ -159,6 +165,10 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
         return study
     study = optuna.create_study(study_name=name, storage=storage, directions=space.directions,
                                 sampler=optuna.samplers.RandomSampler())
+    return _describe_study(study, space, method, kind, profile)
+
+
+def _describe_study(study: optuna.Study, space: SearchSpace, method: str, kind: str, profile: Profile) -> optuna.Study:
     study.set_user_attr(ATTR, {
         "space": space.to_dict(), "objectives": list(space.objectives), "directions": list(space.directions),
         "constraints": dict(space.constraints), "method": method, "kind": kind, "profile": _profile_key(profile),
@@ -310,15 +320,30 @@ def run_study(
         space._require_finite("exhaustive search")
     st = _as_storage(storage)
     kind = "exhaustive" if method == "exhaustive" else "sampled"
+    existed = any(s.study_name == study_name for s in st.get_all_studies())
     study = _open_study(space, study_name, st, method, kind, profile)
-    failed = fail_stale_trials(study)
-    if failed:
-        logger.warning("study %r: %d trial(s) left RUNNING by a dead worker marked FAIL", study_name, failed)
-    if method == "exhaustive":
-        return _run_exhaustive(space, study, callback, profile, exhaustive or run_exhaustive)
-    if method in OPTUNA_SAMPLERS:
-        return _run_optuna(space, study, method, int(n_trials), seed, batch_size, callback, timeout, profile, budget)
-    return _run_scipy(space, study, method, int(n_trials), seed, callback, timeout, profile)
+    try:
+        failed = fail_stale_trials(study)
+        if failed:
+            logger.warning("study %r: %d trial(s) left RUNNING by a dead worker marked FAIL", study_name, failed)
+        if method == "exhaustive":
+            return _run_exhaustive(space, study, callback, profile, exhaustive or run_exhaustive)
+        if method in OPTUNA_SAMPLERS:
+            return _run_optuna(space, study, method, int(n_trials), seed, batch_size, callback, timeout, profile, budget)
+        return _run_scipy(space, study, method, int(n_trials), seed, callback, timeout, profile)
+    except BaseException:
+        if not existed:
+            _drop_if_empty(study)
+        raise
+
+
+def _drop_if_empty(study: optuna.Study) -> None:
+    """Delete a study this run created when the run failed before storing any trial."""
+    try:
+        if not study.get_trials(deepcopy=False):
+            study._storage.delete_study(study._study_id)
+    except Exception as err:  # pragma: no cover - never mask the run's own error
+        logger.debug("could not remove empty study %r: %s", study.study_name, err)
 
 
 def _finish(study: optuna.Study, method: str, kind: str, t0: float, n_before: int, seed: int | None, seed_used: int | None,
@@ -777,7 +802,7 @@ def pareto_front(study: optuna.Study) -> pd.DataFrame:
 def list_studies(storage: BaseStorage | str | None = None) -> list[dict[str, Any]]:
     """Every study in the storage with its counts and best values per objective."""
     _quiet_optuna()
-    st = _as_storage(storage)
+    st = _as_storage(storage, must_exist=True)
     out = []
     for s in st.get_all_studies():
         trials = st.get_all_trials(s._study_id, deepcopy=False)

@@ -102,27 +102,6 @@ def _finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[i
 
 
 # ------------------------------------------------------------------------------------ PostgreSQL
-@pytest.fixture(scope="session")
-def pg_url():
-    own = os.environ.get("COSEARCH_TEST_PG_URL")
-    if own:
-        yield own
-        return
-    pgdir = f"/tmp/cosearch-pg-test-{os.getpid()}"
-    env = dict(os.environ, COSEARCH_PG_DIR=pgdir, COSEARCH_PG_DURABLE="0")
-    script = str(ROOT / "scripts" / "postgres.sh")
-    res = subprocess.run(["bash", script, "start"], env=env, capture_output=True, text=True, timeout=600)
-    if res.returncode != 0:
-        msg = f"PostgreSQL could not be started: {res.stderr.strip()[-500:]}"
-        if os.environ.get("CI") or os.environ.get("COSEARCH_REQUIRE_SERVERS"):
-            pytest.fail(msg)  # scripts/test.sh (the CI command) sets COSEARCH_REQUIRE_SERVERS
-        pytest.skip(msg)
-    try:
-        yield res.stdout.strip().splitlines()[-1]
-    finally:
-        subprocess.run(["bash", script, "stop"], env=env, capture_output=True, timeout=120)
-
-
 def _fresh_study_name(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}-{time.monotonic_ns()}"
 

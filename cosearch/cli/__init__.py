@@ -48,7 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except CosearchError as err:
-        print(f"error: {err}", file=sys.stderr)
+        from ..storages._storage import mask_url
+
+        print(f"error: {mask_url(str(err))}", file=sys.stderr)  # never a password
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

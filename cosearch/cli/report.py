@@ -30,7 +30,7 @@ def open_study(name: str, storage_url: str | None):
         raise CosearchError("--storage", f"no ./{DEFAULT_JOURNAL} here; run `cosearch run` first or pass --storage")
     if storage_url is not None and "://" not in storage_url and not Path(storage_url).expanduser().exists():
         raise CosearchError("--storage", f"journal file {storage_url!r} does not exist")
-    storage = resolve_storage(storage_url)
+    storage = resolve_storage(storage_url, must_exist=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     names = [s.study_name for s in storage.get_all_studies()]
     if name not in names:

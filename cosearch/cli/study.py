@@ -160,7 +160,13 @@ def run_command(args: argparse.Namespace) -> int:
                   f"objectives and the budgeted metrics {', '.join(s.get('front_metrics') or [])}, so that `best` "
                   "answers budgets exactly; the table below keeps those on the objectives' front)")
     else:
-        out.print(f"[bold]{args.study}[/]: {res.n_trials} trials ({res.n_new} new, {res.trials_per_s:,.0f}/s), "
+        w = getattr(args, "workers_run", None)
+        if isinstance(w, dict) and res.n_new == 0:  # the workers did the run; this call only reads it
+            rate = w["new"] / w["elapsed_s"] if w["elapsed_s"] > 0 else 0.0
+            done = f"{w['new']} new by {w['workers']} workers, {rate:,.0f}/s"
+        else:
+            done = f"{res.n_new} new, {res.trials_per_s:,.0f}/s"
+        out.print(f"[bold]{args.study}[/]: {res.n_trials} trials ({done}), "
                   f"{res.n_feasible} feasible; sampler {method}")
     front = pareto_front(res.study)
     if front.empty:

@@ -71,7 +71,8 @@ def open_storage(storage: str | None, attempts: int = 4) -> Any:
             return resolve_storage(storage)
         except CosearchError as err:
             text = str(err)
-            racy = any(s in text for s in ("UniqueViolation", "already exists", "DuplicateTable", "Duplicate"))
+            racy = any(s in text for s in ("UniqueViolation", "already exists", "DuplicateTable", "Duplicate",
+                                            "UNIQUE constraint failed", "database is locked"))
             if not racy or attempt == attempts - 1:
                 raise
             time.sleep(0.2 + random.random() * (attempt + 1))
@@ -209,7 +210,19 @@ def _run_scaled(args: argparse.Namespace, single: Callable[[argparse.Namespace],
         return _run_dask(args, single, address or f"local:{workers}")
     if workers == 1:
         return single(args)
+    cores = usable_cores()
+    if workers > cores:
+        print(f"warning: --workers {workers} exceeds the {cores} usable CPU core(s); workers will compete for "
+              f"them (often slower than --workers {cores})", file=sys.stderr)
     return _run_local_workers(args, single, workers, method)
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _run_dask(args: argparse.Namespace, single: Callable[[argparse.Namespace], int], address: str) -> int:
@@ -264,6 +277,7 @@ def _run_local_workers(args: argparse.Namespace, single: Callable[[argparse.Name
     argvs = [["worker", *argv_common, "--seed", str(0 if seed is None else seed), "--worker-index", str(i)]
              for i in range(workers)]
     counter = TrialBudget(study, n_trials, study_lock(storage, args.study), heartbeat=False)
+    before = counter.n_done()
     t0 = time.perf_counter()
     procs = spawn_workers(argvs)
     show = _progress(counter, n_trials, workers)
@@ -276,6 +290,7 @@ def _run_local_workers(args: argparse.Namespace, single: Callable[[argparse.Name
     elapsed = time.perf_counter() - t0
     print(f"{workers} workers: study {args.study!r} holds {done} of {n_trials} trials "
           f"({elapsed:.1f} s, {done / elapsed:.1f} trials/s overall)", file=sys.stderr)
+    args.workers_run = {"workers": workers, "new": max(0, done - before), "elapsed_s": elapsed}
     bad = [c for c in codes if c != 0]
     if bad:
         print(f"warning: {len(bad)} worker(s) exited with codes {bad}", file=sys.stderr)
