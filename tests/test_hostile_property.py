@@ -56,6 +56,17 @@ def _named(err: CosearchError) -> None:
     assert max(map(len, str(err).split())) <= 200, str(err)
 
 
+def _load_measured_finite(p):
+    """A measured CSV either loads with finite input columns or fails with an error naming a field."""
+    try:
+        c, _ = load_measured(p)
+    except CosearchError as err:
+        _named(err)
+        return
+    for v in c.columns.values():
+        assert not any(map(math.isinf, v.tolist())), "infinite input column accepted"
+
+
 @st.composite
 def scenarios(draw):
     sc = {k: (dict(v) if isinstance(v, dict) else v) for k, v in BASE.items()}
@@ -129,13 +140,7 @@ def test_measured_csvs(tmp_path, columns, rows):
     p = tmp_path / "m.csv"
     p.write_text("\n".join(lines) + "\n")
     assert set(cols) <= set(USER_COLUMNS)
-    try:
-        c, _ = load_measured(p)
-    except CosearchError as err:
-        _named(err)
-        return
-    for v in c.columns.values():
-        assert not any(map(math.isinf, v.tolist())), "infinite input column accepted"
+    _load_measured_finite(p)
 
 
 raw_text = st.one_of(st.binary(max_size=300).map(lambda b: ("bytes", b)),
@@ -174,13 +179,7 @@ def test_published_format_csvs(tmp_path, edits):
     csv.writer(out).writerows([head, *body])
     p = tmp_path / "pub.csv"
     p.write_text(out.getvalue())
-    try:
-        c, _ = load_measured(p)
-    except CosearchError as err:
-        _named(err)
-        return
-    for v in c.columns.values():
-        assert not any(map(math.isinf, v.tolist())), "infinite input column accepted"
+    _load_measured_finite(p)
 
 
 SPACE = {"model": "gpt3-175b", "training": {"global_batch": 1536, "tokens": 3e11},
