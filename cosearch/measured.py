@@ -31,7 +31,7 @@ from .model.columns import broadcast_columns
 from .model.feasibility import check_scalar
 from .presets import ARCH_FIELDS
 from .scenario import HARDWARE_OVERRIDES, PlanSpec, parse_scenario, scenario_columns
-from .validation import Candidates, build_candidates
+from .validation import Candidates, build_candidates, stack_columns
 
 MEASURED = "measured_step_time_s"
 PUBLISHED_COLUMNS = {"source_id", "gpu_type", "n_layers", "hidden_size", "global_batch_size"}
@@ -117,7 +117,7 @@ def user_candidates(df: pd.DataFrame, path: str = "measured CSV") -> Candidates:
         })
     if not rows:
         raise CosearchError(path, "no measured rows")
-    columns = {k: np.array([c[k] for c in cols_list]) for k in cols_list[0]}
+    columns = stack_columns(cols_list)
     return Candidates(pd.DataFrame(rows), columns, np.arange(len(rows)), scenarios)
 
 

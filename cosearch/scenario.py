@@ -95,6 +95,9 @@ class PlanSpec(_Strict):
     sequence_parallel: Bool = False
     zero: ZeroStage = 0
     zero_group: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")
+    zero3_live_params: Optional[Float] = Field(None, gt=0, le=1e13, description="ZeRO-3 parameters gathered at once "
+                                               "(DeepSpeed stage3_max_live_parameters, default 1e9 there); default: "
+                                               "PyTorch FSDP, the current and the prefetched layer")
     overlap_grad_reduce: Bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
     tp_comm_overlap: Bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
                                   "(Megatron-Core/NeMo --tp-comm-overlap, Transformer Engine userbuffers)")

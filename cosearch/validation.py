@@ -21,7 +21,7 @@ import pandas as pd
 
 from .errors import CosearchError
 from .model import evaluate
-from .model.columns import broadcast_columns
+from .model.columns import INPUT_COLUMNS, broadcast_columns
 from .model.feasibility import check_scalar
 from .model.flops import megatron_flops_per_iteration
 from .model.profile import DEFAULT_PROFILE, Profile
@@ -162,9 +162,18 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
                      "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,
                      "tp_comm_overlap": bool(megatron_core and tp > 1 and gpu.startswith("h100")),
                      # Megatron-LM before 2022 all-reduced gradients after the backward pass
-                     "overlap_grad_reduce": not (era_megatron and zero == 0)},
+                     "overlap_grad_reduce": not (era_megatron and zero == 0),
+                     # DeepSpeed's documented default stage3_max_live_parameters (deepspeed.ai config-json)
+                     **({"zero3_live_params": 1e9} if "deepspeed" in sharding else {})},
         })
     return out
+
+
+def stack_columns(cols_list: list[dict[str, float]]) -> dict[str, np.ndarray]:
+    """Per-scenario column dicts stacked into arrays; a column only some scenarios set (an optional
+    knob) takes the model's default elsewhere."""
+    keys = dict.fromkeys(k for c in cols_list for k in c)
+    return {k: np.array([c.get(k, INPUT_COLUMNS.get(k)) for c in cols_list], dtype=float) for k in keys}
 
 
 @dataclass
@@ -200,7 +209,7 @@ def build_candidates(df: pd.DataFrame) -> Candidates:
             added = True
         if added:
             keep_rows.append(dict(row.to_dict(), measured_step_s=measured))
-    columns = {k: np.array([c[k] for c in cols_list]) for k in cols_list[0]}
+    columns = stack_columns(cols_list)
     return Candidates(pd.DataFrame(keep_rows), columns, np.array(row_of), scenarios)
 
 

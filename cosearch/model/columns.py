@@ -50,6 +50,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "gpus": None, "tp": 1.0, "pp": 1.0, "dp": None, "cp": 1.0, "microbatch": 1.0,
     "interleave": 1.0, "recompute": 0.0, "sequence_parallel": 0.0, "zero": 0.0,
     "zero_group": np.nan,  # NaN: shard over the whole data-parallel group (FSDP FULL_SHARD)
+    "zero3_live_params": np.nan,  # DeepSpeed stage3_max_live_parameters; NaN: FSDP (two wrapped layers gathered)
     "overlap_grad_reduce": 1.0,  # 0: gradients reduced after the backward pass (Megatron-LM before 2022)
     "tp_comm_overlap": 0.0,      # 1: tensor-parallel collectives overlapped with GEMMs (TE userbuffers)
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations

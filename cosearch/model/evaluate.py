@@ -253,7 +253,14 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     # --- memory -----------------------------------------------------------------------------------
     working = ops.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
     logits_buf = tok * (V / tp) * LOGIT_BYTES
-    z3_buffers = ops.where(z3, 2.0 * layer_params_loc * kern.BYTES_16BIT, 0.0)
+    # gathered ZeRO-3 parameters: PyTorch FSDP holds the current and the prefetched wrapped layer;
+    # DeepSpeed caps live gathered parameters (stage3_max_live_parameters), gathering sub-modules, so
+    # the floor is its largest one (the fc1 weight)
+    live = c["zero3_live_params"]
+    largest_sub = h * f * (1.0 + gated) / tp
+    gathered = ops.where(ops.isnan(live), 2.0 * layer_params_loc,
+                         ops.minimum(2.0 * layer_params_loc, ops.maximum(live, largest_sub)))
+    z3_buffers = ops.where(z3, gathered * kern.BYTES_16BIT, 0.0)
     # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
     # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits
     stored_first = mem.inflight_layers(n_first, pp, v, m) * act_layer
