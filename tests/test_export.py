@@ -12,31 +12,58 @@ from cosearch.cli import main
 from cosearch.frameworks import deepspeed, export, megatron, torchtitan
 from cosearch.scenario import parse_scenario
 
-#: Top-level, zero_optimization and sub-section keys documented at
-#: https://www.deepspeed.ai/docs/config-json/ (Batch Size, FP16/BF16, ZeRO Optimizations,
-#: Parameter/Optimizer offloading, Activation Checkpointing sections).
+#: DeepSpeed config keys as the DeepSpeed source defines them (verified with the code search in
+#: issue 15, deepspeedai/DeepSpeed):
+#: - top level: deepspeed/runtime/constants.py @088be892c7499b4f4925d6a31da1e399a19aec20 (every
+#:   ds_config.json key constant there), plus ``zero_optimization`` (ZERO_OPTIMIZATION,
+#:   deepspeed/runtime/zero/config.py) and ``activation_checkpointing`` (ACT_CHKPT,
+#:   deepspeed/runtime/activation_checkpointing/config.py);
+#: - ``zero_optimization``: the JSON names (field names and ``alias=`` names) of DeepSpeedZeroConfig
+#:   in deepspeed/runtime/zero/config.py @1b88ac366fc922254d56abda5cf6b1f266556d19;
+#: - ``offload_optimizer`` / ``offload_param``: DeepSpeedZeroOffloadOptimizerConfig /
+#:   DeepSpeedZeroOffloadParamConfig in deepspeed/runtime/zero/offload_config.py
+#:   @1978617c691b2c992a17902975187ef8d61176fa;
+#: - ``fp16`` / ``bf16``: FP16_* / BFLOAT16_* constants in deepspeed/runtime/constants.py;
+#: - ``activation_checkpointing``: ACT_CHKPT_* constants of
+#:   deepspeed/runtime/activation_checkpointing/config.py (the search showed the text, not the commit).
+#: Removed from the earlier list, written from memory: ``grad_hooks`` (no such ZeRO field in the
+#: source), ``flops_profiler`` and ``data_efficiency`` (real sections, but defined outside the files
+#: checked here; the exporter emits neither).
 DEEPSPEED_KEYS = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
-    "communication_data_type", "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "fp16", "bf16",
-    "amp", "gradient_clipping", "zero_optimization", "zero_allow_untested_optimizer", "activation_checkpointing",
-    "steps_per_print", "wall_clock_breakdown", "dump_state", "flops_profiler", "data_efficiency",
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "steps_per_print", "sparse_gradients", "bf16",
+    "fp16", "amp", "gradient_clipping", "graph_harvesting", "communication_data_type", "seq_parallel_comm_data_type",
+    "prescale_gradients", "gradient_predivide_factor", "disable_allgather", "dump_state", "vocabulary_size",
+    "wall_clock_breakdown", "memory_breakdown", "eigenvalue", "progressive_layer_drop", "checkpoint", "data_types",
+    "dataloader_drop_last", "sparse_attention", "use_data_before_expert_parallelism", "zero_optimization",
+    "activation_checkpointing",
 }
 DEEPSPEED_SUBKEYS = {
     "zero_optimization": {
-        "stage", "allgather_partitions", "allgather_bucket_size", "overlap_comm", "reduce_scatter",
-        "reduce_bucket_size", "contiguous_gradients", "load_from_fp32_weights", "grad_hooks", "round_robin_gradients",
-        "offload_param", "offload_optimizer", "stage3_max_live_parameters", "stage3_max_reuse_distance",
-        "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "sub_group_size", "elastic_checkpoint",
-        "stage3_gather_16bit_weights_on_model_save", "ignore_unused_parameters", "zero_hpz_partition_size",
-        "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size"},
-    "offload_optimizer": {"device", "nvme_path", "pin_memory", "ratio", "buffer_count", "fast_init"},
-    "offload_param": {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"},
+        "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "use_multi_rank_bucket_allreduce",
+        "allgather_partitions", "allgather_bucket_size", "overlap_comm", "load_from_fp32_weights",
+        "elastic_checkpoint", "offload_param", "offload_optimizer", "zenflow", "sub_group_size", "cpu_offload_param",
+        "cpu_offload_use_pin_memory", "cpu_offload", "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold", "stage3_model_persistence_threshold", "stage3_max_live_parameters",
+        "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
+        "stage3_module_granularity_threshold", "stage3_use_all_reduce_for_fetch_params",
+        "stage3_allgather_sequential", "stage3_partition_stream_chunk_size",
+        "stage3_gather_fp16_weights_on_model_save", "ignore_unused_parameters", "legacy_stage1",
+        "round_robin_gradients", "zero_hpz_partition_size", "zero_quantized_weights",
+        "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "zeropp_loco_param", "mics_shard_size",
+        "mics_hierarchical_params_gather", "memory_efficient_linear", "pipeline_loading_checkpoint",
+        "override_module_apply", "log_trace_cache_warnings", "enable_sanity_checks",
+        "save_muon_momentum_buffer_in_memory", "leaf_module"},
+    "offload_optimizer": {"device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read", "pipeline_write",
+                          "fast_init", "ratio", "super_offload", "convert_grad_on_cpu", "cpuadam_cores_perc"},
+    "offload_param": {"device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"},
     "fp16": {"enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-             "consecutive_hysteresis", "min_loss_scale"},
-    "bf16": {"enabled"},
-    "activation_checkpointing": {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
-                                 "number_checkpoints", "synchronize_checkpoint_boundary", "profile"},
+             "consecutive_hysteresis", "min_loss_scale", "fused_mode"},
+    "bf16": {"enabled", "immediate_grad_update"},
+    "activation_checkpointing": {"partition_activations", "number_checkpoints", "contiguous_memory_optimization",
+                                 "synchronize_checkpoint_boundary", "profile", "cpu_checkpointing"},
 }
+
 
 LLAMA_70B = {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672, "gated_mlp": True,
              "vocab": 128256, "seq_len": 8192, "tied_embeddings": False}

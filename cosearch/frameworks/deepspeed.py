@@ -9,6 +9,15 @@ Follows the keys documented at https://www.deepspeed.ai/docs/config-json/ (**Dee
 ``cpu_checkpointing`` (used by ``deepspeed.checkpointing`` when the model code checkpoints
 whole layers).
 
+Every key emitted here was checked (issue 15) against the DeepSpeed source, deepspeedai/DeepSpeed:
+top-level and ``fp16``/``bf16`` keys in deepspeed/runtime/constants.py
+(@088be892c7499b4f4925d6a31da1e399a19aec20), ``zero_optimization`` in
+deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig, @1b88ac366fc922254d56abda5cf6b1f266556d19),
+``offload_optimizer``/``offload_param`` (``device``, ``pin_memory``) in
+deepspeed/runtime/zero/offload_config.py (@1978617c691b2c992a17902975187ef8d61176fa),
+``activation_checkpointing`` in deepspeed/runtime/activation_checkpointing/config.py (ACT_CHKPT_*).
+The same lists are tests/test_export.py's DEEPSPEED_KEYS / DEEPSPEED_SUBKEYS.
+
 DeepSpeed's config has no tensor, pipeline or context parallelism (Megatron-DeepSpeed and
 Ulysses live in model code): plans with tp, pp or cp > 1 are refused, as are fp8 (Transformer
 Engine lives in model code), selective recompute (model code), hybrid sharding (``zero_group``:

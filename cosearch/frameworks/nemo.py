@@ -14,6 +14,24 @@ factory of ``nemo.collections.llm.recipes.precision.mixed_precision`` (``bf16_mi
 ``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``, ``tp_comm_overlap``);
 ``optim.config.use_distributed_optimizer`` (ZeRO-1).
 
+Names checked (issue 15) against NVIDIA/NeMo: nemo/collections/llm/recipes/llama3_70b.py
+(@0189a3b38dcfc89e916ca4396459433c8ba326d2) builds ``trainer`` as ``run.Config(nl.Trainer, ...,
+num_nodes=, devices=, max_steps=, plugins=bf16_mixed(), strategy=strategy)`` with ``strategy`` a
+``nl.MegatronStrategy`` of ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``,
+``virtual_pipeline_model_parallel_size``, ``context_parallel_size``, ``sequence_parallel`` and
+``ddp=run.Config(DistributedDataParallelConfig, ..., overlap_grad_reduce=True, ...)``; ``data`` as
+``MockDataModule(seq_length=, global_batch_size=, micro_batch_size=)``; ``model`` as
+``run.Config(LlamaModel, config=run.Config(Llama3Config70B))``.
+nemo/collections/llm/recipes/precision/mixed_precision.py (@0a07447c2962ee5b55dea5af0d3fc981a2873ca4)
+defines ``bf16_mixed``, ``fp16_mixed`` and ``bf16_with_fp8_mixed``;
+nemo/collections/llm/recipes/optim/adam.py (@06cca550af612dce62bdc21e5db16e2ac6fbf5e3) sets
+``OptimizerConfig(use_distributed_optimizer=True)`` as ``optim.config``. Not checked against a named
+file: the ``model.config`` field names (Megatron-Core ``TransformerConfig``: the code search found
+``recompute_num_layers`` and ``tp_comm_overlap`` fields in Megatron-Core-style config texts without
+naming the repository); NeMo's own recipes switch TP overlap on with
+``MegatronCommOverlapCallback(tp_comm_overlap=True)`` (llama3_70b.py ``pretrain_recipe_performance``)
+rather than ``model.config.tp_comm_overlap``.
+
 Refused: zero 2/3 and hybrid sharding (this export maps only NeMo's distributed optimizer),
 offload, the Triton attention kernel. Pick the recipe (``--factory``) whose architecture family
 matches (normalization, positional embedding are not cosearch fields).

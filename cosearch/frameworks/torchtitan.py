@@ -10,6 +10,18 @@ Follows **torchtitan v0.1.0** ``torchtitan/config/job_config.py``:
 ``[activation_checkpoint] mode`` (``none``/``selective``/``full``, ``selective_ac_option = "op"``);
 ``[model] converters = ["float8"]`` with ``[float8]`` for fp8.
 
+Names checked (issue 15) against pytorch/torchtitan torchtitan/config/job_config.py
+@000204a4a8bf3d0f31adc44fc29855fbb6ea13d8 (the version the code search stores): ``Parallelism``
+has every ``[parallelism]`` name above, ``fsdp_reshard_after_forward`` being
+``Literal["default", "always", "never"]`` (``"always"`` reads back as zero 3); ``Training`` has
+``local_batch_size``, ``global_batch_size``, ``seq_len``, ``steps``, ``mixed_precision_param``
+(``"bfloat16"``/``"float32"``); ``ActivationCheckpoint.mode`` is ``Literal["selective", "full",
+"none"]`` with ``selective_ac_option`` (``'int'`` or ``'op'``); ``Model.converters`` is a list and
+``JobConfig.float8`` a ``Float8`` section with ``enable_fsdp_float8_all_gather``. That version
+has no ``[quantize]`` section (fp8 is ``[float8]``, MX is ``[mx]``); later torchtitan trees move
+configuration into torchtitan/config/configs.py and config/transform/quantization.py, which this
+export does not follow.
+
 Mapping of the data-parallel sharding: zero 0 -> DDP (replicate = dp); zero 2 -> FSDP2 with
 ``fsdp_reshard_after_forward = "never"`` (parameters stay gathered between forward and backward);
 zero 3 -> FSDP2 (reshard after forward); ``zero_group`` -> HSDP (shard = zero_group, replicate =
