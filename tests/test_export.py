@@ -292,3 +292,20 @@ def test_cli_export_study_row(tmp_path, capsys):
     assert done
     with pytest.raises(CosearchError, match="--rank"):
         study_scenario("st", str(journal), len(front) + 1, None)
+
+
+def test_deepspeed_export_carries_the_live_parameter_cap():
+    sc = parse_scenario({"model": "gpt3-13b", "training": {"global_batch": 64},
+                                 "cluster": {"gpu": "a100-80gb", "gpus": 16},
+                                 "plan": {"zero": 3, "zero3_live_params": 1e9}})
+    cfg = export(sc, "deepspeed")
+    cfg = json.loads(cfg) if isinstance(cfg, str) else cfg
+    assert cfg["zero_optimization"]["stage3_max_live_parameters"] == 1_000_000_000
+
+
+def test_live_parameter_cap_is_refused_outside_deepspeed():
+    sc = parse_scenario({"model": "gpt3-13b", "training": {"global_batch": 64},
+                         "cluster": {"gpu": "a100-80gb", "gpus": 16},
+                         "plan": {"zero": 3, "zero3_live_params": 1e9}})
+    with pytest.raises(CosearchError, match="zero3_live_params"):
+        export(sc, "torchtitan")

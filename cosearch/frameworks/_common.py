@@ -17,6 +17,9 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
     """
     scenario_columns(sc)  # hardware checks: unknown GPU, precision the GPU lacks
     m, pl, cl = sc.model, sc.plan, sc.cluster
+    if pl.zero3_live_params is not None and framework.lower() != "deepspeed":
+        raise refuse("plan.zero3_live_params", f"a cap on live gathered parameters is DeepSpeed's "
+                     f"(stage3_max_live_parameters); {framework} gathers whole wrapped layers")
     model_par = pl.tp * pl.pp * pl.cp
     if cl.gpus % model_par:
         raise refuse("plan", f"tp*pp*cp = {model_par} does not divide cluster.gpus = {cl.gpus}; {framework} "

@@ -53,6 +53,10 @@ def config(sc: Scenario) -> dict[str, Any]:
     if pl.zero >= 1:
         zero["overlap_comm"] = bool(pl.overlap_grad_reduce)
         zero["contiguous_gradients"] = True
+    if pl.zero3_live_params is not None:
+        if pl.zero != 3:
+            raise refuse("plan.zero3_live_params", "a live-parameter cap needs zero 3")
+        zero["stage3_max_live_parameters"] = int(pl.zero3_live_params)
     if pl.offload != "none":
         if pl.offload not in ("optimizer", "optimizer+weights"):
             raise refuse("plan.offload", f"{pl.offload!r}: only optimizer (and weights with zero 3) offload is mapped "
