@@ -1,6 +1,9 @@
-"""Study storage for cosearch: resolve ``--storage`` values, crash-safe journal, fail trials of dead workers.
+"""Study storage for cosearch: everything that opens, writes or guards a storage.
 
-``rdb_batch`` (batched RDB writes) and ``_compat`` (tested optuna range) live here too.
+``_storage`` resolves ``--storage`` values, ``_journal`` is the crash-safe journal, ``_owners``
+fails trials of dead workers, ``_writer`` writes batches of trials (:class:`TrialWriter`: journal
+fast path, ``rdb_batch`` for RDB, optuna's public API otherwise), ``_scaleout`` holds the study
+lock, shared trial budget and heartbeats, ``_compat`` the tested optuna range.
 """
 from ._storage import (
     DEFAULT_JOURNAL,
@@ -16,10 +19,15 @@ from ._storage import (
     tag_trial_owner,
     trial_owner,
 )
+from ._scaleout import TrialBudget, study_lock
+from ._writer import TrialRecord, TrialWriter
 
 __all__ = [
     "DEFAULT_JOURNAL",
     "OWNER_ATTR",
+    "TrialBudget",
+    "TrialRecord",
+    "TrialWriter",
     "JournalBackend",
     "JournalLock",
     "fail_stale_trials",
@@ -28,6 +36,7 @@ __all__ = [
     "owner_is_alive",
     "owner_record",
     "resolve_storage",
+    "study_lock",
     "tag_trial_owner",
     "trial_owner",
 ]

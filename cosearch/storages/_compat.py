@@ -1,6 +1,6 @@
 """Guard for the storage formats cosearch writes by hand (journal operations, RDB rows).
 
-The fast paths in :mod:`cosearch._trials` and :mod:`cosearch.storages.rdb_batch` write optuna's journal
+The fast paths in :mod:`cosearch.storages._writer` and :mod:`cosearch.storages.rdb_batch` write optuna's journal
 operations and ORM rows directly. They are tested against :data:`TESTED_OPTUNA` only
 (``tests/test_storage_compat.py`` writes through them and reads back with optuna's public API,
 and the reverse). Any other optuna version is refused at start-up with one line, unless

@@ -1,0 +1,188 @@
+"""A cosearch study in its storage: open or create it (checked against the space), its summary,
+what one run did (:class:`StudyResult`), and which trials count.
+
+The study contract (``user_attrs["cosearch"]`` and the trial attributes) is described in
+:mod:`cosearch.study`; how a trial is written is :mod:`cosearch.storages._writer`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import optuna
+from optuna.exceptions import ExperimentalWarning
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from ._trials import deferred_interrupt
+from .errors import CosearchError
+from .model.profile import DEFAULT_PROFILE, Profile
+from .search.space import SearchSpace, load_space, parse_space
+from .storages import resolve_storage
+from .storages._storage import mask_url
+
+logger = logging.getLogger(__name__)
+
+ATTR = "cosearch"
+
+Callback = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class StudyResult:
+    """What one :func:`run_study` call did."""
+
+    study: optuna.Study
+    method: str
+    kind: str
+    n_trials: int            # trials the study holds now (evaluated by cosearch)
+    n_new: int               # trials this call added
+    n_feasible: int
+    elapsed_s: float
+    interrupted: bool = False
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trials_per_s(self) -> float:
+        return self.n_new / self.elapsed_s if self.elapsed_s > 0 else float("nan")
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _as_space(space: SearchSpace | str | Path | Mapping[str, Any]) -> SearchSpace:
+    if isinstance(space, SearchSpace):
+        return space
+    if isinstance(space, Mapping):
+        return parse_space(space)
+    return load_space(space)
+
+
+def _as_storage(storage: BaseStorage | str | None, *, must_exist: bool = False) -> BaseStorage:
+    if isinstance(storage, BaseStorage):
+        return storage
+    return resolve_storage(storage, must_exist=must_exist)
+
+
+def _quiet_optuna() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def counts_as_trial(t: FrozenTrial) -> bool:
+    """A trial cosearch evaluated (finished with metrics); crash-failed trials do not count."""
+    return t.state in (TrialState.COMPLETE, TrialState.FAIL) and "metrics" in t.user_attrs
+
+
+def _derive_seed(seed: int | None, n_done: int) -> int | None:
+    if seed is None:
+        return None
+    if n_done == 0:
+        return int(seed)
+    return int(np.random.SeedSequence([int(seed), int(n_done)]).generate_state(1)[0])
+
+
+def _space_key(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k not in ("name", "description")}
+
+
+def load_study(study_name: str, storage: BaseStorage | str | None = None) -> optuna.Study:
+    """Open an existing study (one-line error naming the known studies when it does not exist)."""
+    _quiet_optuna()
+    st = _as_storage(storage, must_exist=True)
+    names = [s.study_name for s in st.get_all_studies()]
+    if study_name not in names:
+        where = mask_url(storage) if isinstance(storage, str) else "the default storage (./cosearch_studies.journal)" if storage is None else "this storage"
+        known = ", ".join(sorted(names)) if names else "none"
+        raise CosearchError("--study", f"no study named {study_name!r} in {where}; known studies: {known}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return optuna.load_study(study_name=study_name, storage=st, sampler=optuna.samplers.RandomSampler())
+
+
+def _profile_key(profile: Profile) -> dict[str, Any]:
+    return json.loads(json.dumps(profile.model_dump(mode="json"), sort_keys=True))
+
+
+def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str, kind: str,
+                profile: Profile = DEFAULT_PROFILE) -> optuna.Study:
+    _quiet_optuna()
+    if not isinstance(name, str) or not name.strip():
+        raise CosearchError("--study", "give the study a name")
+    existing = {s.study_name: s for s in storage.get_all_studies()}
+    if name in existing:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())
+        info = study.user_attrs.get(ATTR)
+        if not isinstance(info, Mapping) and not study.get_trials(deepcopy=False) \
+                and list(study.directions) == [optuna.study.StudyDirection.MAXIMIZE if d == "maximize"
+                                               else optuna.study.StudyDirection.MINIMIZE for d in space.directions]:
+            # a run killed between creating the study and describing it: finish creating it
+            logger.warning("study %r was left half-created by an interrupted run: completing it", name)
+            return _describe_study(study, space, method, kind, profile)
+        if not isinstance(info, Mapping):
+            raise CosearchError("--study", f"study {name!r} exists but was not made by cosearch; use another name")
+        if _space_key(info.get("space", {})) != _space_key(space.to_dict()):
+            raise CosearchError("--study", f"study {name!r} was made from a different space; use another --study name")
+        if info.get("kind") != kind:
+            raise CosearchError("--study", f"study {name!r} is {info.get('kind')}; a {kind} run needs another --study name")
+        if info.get("profile", _profile_key(DEFAULT_PROFILE)) != _profile_key(profile):
+            raise CosearchError("--profile", f"study {name!r} was evaluated with another efficiency profile; resume it "
+                                "with the same --profile, or use another --study name")
+        return study
+    study = optuna.create_study(study_name=name, storage=storage, directions=space.directions,
+                                sampler=optuna.samplers.RandomSampler())
+    return _describe_study(study, space, method, kind, profile)
+
+
+def _describe_study(study: optuna.Study, space: SearchSpace, method: str, kind: str, profile: Profile) -> optuna.Study:
+    study.set_user_attr(ATTR, {
+        "space": space.to_dict(), "objectives": list(space.objectives), "directions": list(space.directions),
+        "constraints": dict(space.constraints), "method": method, "kind": kind, "profile": _profile_key(profile),
+        "summary": {"runs": [], "pruned": {k: list(v) for k, v in space.pruned.items()},
+                    "valid_fraction": space.valid_fraction, "size": space.size},
+    })
+    return study
+
+
+def _set_summary(study: optuna.Study, method: str, update: Mapping[str, Any], run: Mapping[str, Any] | None) -> dict[str, Any]:
+    info = dict(study.user_attrs.get(ATTR, {}))
+    summary = dict(info.get("summary") or {})
+    summary.update(update)
+    if run is not None:
+        summary["runs"] = list(summary.get("runs") or []) + [dict(run)]
+    info["summary"] = summary
+    info["method"] = method
+    with deferred_interrupt():
+        study.set_user_attr(ATTR, info)
+    return summary
+
+
+def _feasible_count(trials: Sequence[FrozenTrial]) -> int:
+    return sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") is True)
+
+
+def _drop_if_empty(study: optuna.Study) -> None:
+    """Delete a study this run created when the run failed before storing any trial."""
+    try:
+        if not study.get_trials(deepcopy=False):
+            study._storage.delete_study(study._study_id)
+    except Exception as err:  # pragma: no cover - never mask the run's own error
+        logger.debug("could not remove empty study %r: %s", study.study_name, err)
+
+
+def _finish(study: optuna.Study, method: str, kind: str, t0: float, n_before: int, seed: int | None, seed_used: int | None,
+            interrupted: bool, extra: Mapping[str, Any] | None = None) -> StudyResult:
+    trials = [t for t in study.get_trials(deepcopy=False) if counts_as_trial(t)]
+    n_feas = _feasible_count(trials)
+    elapsed = time.perf_counter() - t0
+    n_new = len(trials) - n_before
+    update = {"n_trials": len(trials), "n_feasible": n_feas,
+              "n_failed": sum(1 for t in trials if t.state == TrialState.FAIL), **(extra or {})}
+    run = {"method": method, "seed": seed, "seed_used": seed_used, "new_trials": n_new,
+           "elapsed_s": round(elapsed, 3), "interrupted": interrupted}
+    summary = _set_summary(study, method, update, run)
+    return StudyResult(study=study, method=method, kind=kind, n_trials=len(trials), n_new=n_new, n_feasible=n_feas,
+                       elapsed_s=elapsed, interrupted=interrupted, summary=summary)

@@ -1,0 +1,257 @@
+"""Queries on a stored study: best point under budgets, why nothing qualifies, the Pareto
+front as a table, study info and the list of studies in a storage. Read-only: never writes.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import optuna
+import pandas as pd
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from ._trials import build_records
+from .errors import CosearchError
+from .model.profile import DEFAULT_PROFILE, Profile
+from .samplers import ParamCodec
+from .search.pareto import pareto_mask
+from .search.space import CONSTRAINT_METRICS, OBJECTIVE_METRICS, direction, parse_space
+
+from ._study_store import ATTR, _as_storage, _quiet_optuna, counts_as_trial
+
+logger = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------ queries
+def study_info(study: optuna.Study) -> dict[str, Any]:
+    info = study.user_attrs.get(ATTR)
+    if not isinstance(info, Mapping):
+        raise CosearchError("--study", f"study {study.study_name!r} was not made by cosearch")
+    return dict(info)
+
+
+def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """COMPLETE trials whose stored point is feasible (valid, fits, within the space's budgets)."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("feasible") is True and isinstance(t.user_attrs.get("metrics"), Mapping)]
+
+
+#: The budgets `best` takes (a subset of the space's constraint keys, same metrics).
+_LIMITS = {k: CONSTRAINT_METRICS[k] for k in ("max_cost_usd", "max_gpus", "max_days", "max_days_high")}
+
+
+def _qualifying(trials: Sequence[FrozenTrial], objective: str, limits: Mapping[str, float | None]) -> list[FrozenTrial]:
+    out = []
+    for t in trials:
+        m = t.user_attrs["metrics"]
+        v = m.get(objective)
+        if v is None or not math.isfinite(v):
+            continue
+        ok = True
+        for key, bound in limits.items():
+            if bound is None:
+                continue
+            x = m.get(_LIMITS[key])
+            if x is None or not x <= bound:
+                ok = False
+                break
+        if ok:
+            out.append(t)
+    return out
+
+
+def _check_objective(study: optuna.Study, objective: str | None) -> str:
+    info = study_info(study)
+    obj = objective or info["objectives"][0]
+    if obj not in OBJECTIVE_METRICS:
+        raise CosearchError("--objective", f"unknown metric {obj!r}; allowed: {', '.join(OBJECTIVE_METRICS)}")
+    return obj
+
+
+def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float | None = None,
+         max_gpus: float | None = None, max_days: float | None = None,
+         max_days_high: float | None = None) -> dict[str, Any] | None:
+    """The best feasible stored trial on ``objective`` (default: the study's first) under the
+    limits, or None when no stored trial qualifies. Ties go to the cheaper, then smaller, then
+    earlier trial. Answered from stored trials only (no model run). ``max_days_high`` bounds the
+    pessimistic time to train (upper end of the 80 % prediction interval); ``step_time_interval_s``
+    in the result is that interval of the step time as stored (None for studies made before it)."""
+    obj = _check_objective(study, objective)
+    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
+    for k, v in limits.items():
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
+            raise CosearchError(f"--{k.replace('_', '-')}", f"must be a positive number (got {v!r})")
+    info = study_info(study)
+    if info.get("kind") == "exhaustive":
+        stored = (info.get("summary") or {}).get("front_metrics") or []
+        needed = [obj] + [_LIMITS[k] for k, v in limits.items() if v is not None]
+        if not all(m in stored for m in needed):
+            # the stored front is exact only over its own metrics: enumerate the space again
+            return _best_enumerated(study, info, obj, limits)
+    cands = _qualifying(feasible_trials(study), obj, limits)
+    if not cands:
+        return None
+    sign = -1.0 if direction(obj) == "maximize" else 1.0
+
+    def key(t: FrozenTrial) -> tuple:
+        m = t.user_attrs["metrics"]
+        cost = m.get("cost_to_train_usd")
+        return (sign * m[obj], cost if cost is not None else math.inf, m.get("gpus") or math.inf, t.number)
+
+    t = min(cands, key=key)
+    return {"study": study.study_name, "trial": t.number, "objective": obj, "direction": direction(obj),
+            "value": t.user_attrs["metrics"][obj], "limits": {k: v for k, v in limits.items() if v is not None},
+            "values": dict(zip(study_info(study)["objectives"], t.values or [])),
+            "step_time_interval_s": _stored_band(t.user_attrs["metrics"], "step_time", "s"),
+            "scenario": t.user_attrs["scenario"], "metrics": t.user_attrs["metrics"]}
+
+
+def _best_enumerated(study: optuna.Study, info: Mapping[str, Any], obj: str,
+                     limits: Mapping[str, float | None]) -> dict[str, Any] | None:
+    """:func:`best` of an exhaustive study for an objective or budget its stored front does not
+    cover: the exact answer from enumerating the study's stored space again (with its profile)."""
+    from .samplers import best_point
+
+    try:
+        space = parse_space(info["space"], f"study {study.study_name!r}")
+    except (CosearchError, KeyError, TypeError) as err:
+        raise CosearchError("--objective", f"study {study.study_name!r} stores its front over "
+                            f"{', '.join((info.get('summary') or {}).get('front_metrics') or info['objectives'])} only, "
+                            f"and its space cannot be read back to answer exactly ({err})") from None
+    points = (info.get("summary") or {}).get("points")
+    if points is not None and int(points) != int(space.size):
+        raise CosearchError("--objective", f"study {study.study_name!r} stores its front over "
+                            f"{', '.join(info['objectives'])} only, and its stored space ({int(space.size):,} points) is "
+                            f"not the one it enumerated ({int(points):,}); cannot answer {obj} exactly")
+    profile = Profile.model_validate(info["profile"]) if info.get("profile") else DEFAULT_PROFILE
+    bounds = {_LIMITS[k]: float(v) for k, v in limits.items() if v is not None}
+    t0 = time.perf_counter()
+    flat, counts = best_point(space, obj, bounds, profile=profile)
+    logger.info("best %s: re-enumerated %d points of study %r in %.2f s", obj, counts["points"], study.study_name,
+                time.perf_counter() - t0)
+    if flat is None:
+        return None
+    rows = space.rows_of_flat(np.array([flat], dtype=np.int64))
+    rec = build_records(space, rows, space.evaluate_rows(rows, profile))[0]
+    m = rec.user_attrs["metrics"]
+    codec = ParamCodec(space)
+    trial = next((t.number for t in study.get_trials(deepcopy=False)
+                  if t.params and (r := codec.to_row(t.params)) is not None and np.array_equal(r, rows[0])), None)
+    return {"study": study.study_name, "trial": trial, "objective": obj, "direction": direction(obj),
+            "value": m[obj], "limits": {k: v for k, v in limits.items() if v is not None},
+            "values": dict(zip(info["objectives"], rec.values or [])),
+            "step_time_interval_s": _stored_band(m, "step_time", "s"),
+            "scenario": rec.user_attrs["scenario"], "metrics": m,
+            "source": f"re-enumerated {counts['points']:,} points (not on the stored front)" if trial is None
+                      else f"re-enumerated {counts['points']:,} points"}
+
+
+def _stored_band(m: Mapping[str, Any], key: str, unit: str) -> list[float] | None:
+    lo, hi = m.get(f"{key}_low_{unit}"), m.get(f"{key}_high_{unit}")
+    return None if lo is None or hi is None else [lo, hi]
+
+
+def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd: float | None = None,
+                max_gpus: float | None = None, max_days: float | None = None, max_days_high: float | None = None) -> str:
+    """One line saying why :func:`best` found nothing (which limit is out of reach)."""
+    feas = feasible_trials(study)
+    n_all = sum(1 for t in study.get_trials(deepcopy=False) if counts_as_trial(t))
+    if not feas:
+        return f"no feasible configuration in study {study.study_name!r} ({n_all} trials, none feasible)"
+    parts = []
+    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
+    info = study_info(study)
+    stored = (info.get("summary") or {}).get("front_metrics") or []
+    enumerate_again = info.get("kind") == "exhaustive" and not all(
+        _LIMITS[k] in stored for k, v in limits.items() if v is not None)
+    for key, bound in limits.items():
+        if bound is None:
+            continue
+        if enumerate_again:  # the lowest value in the whole space, not on the stored front
+            res = _best_enumerated(study, info, _LIMITS[key], {})
+            low, where = (res["value"] if res else None), "in the space"
+        else:
+            vals = [t.user_attrs["metrics"].get(_LIMITS[key]) for t in feas]
+            vals = [v for v in vals if v is not None]
+            low, where = (min(vals) if vals else None), "stored"
+        flag = key.replace("_", "-")
+        parts.append(f"--{flag} {bound:g} (lowest {_LIMITS[key]} {where}: {low:,.4g})" if low is not None else f"--{flag} {bound:g}")
+    if enumerate_again:
+        s = info.get("summary") or {}
+        return (f"nothing qualifies in study {study.study_name!r}: none of the {s.get('feasible', 0):,} feasible points "
+                f"of its space meets {' and '.join(parts)}")
+    return (f"nothing qualifies in study {study.study_name!r}: none of its {len(feas)} feasible configurations "
+            f"meets {' and '.join(parts)}")
+
+
+#: Metric columns of a front table, after the objectives.
+FRONT_COLUMNS = ("step_time_s", "mfu", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd", "tokens_per_s",
+                 "step_time_low_s", "step_time_high_s", "time_to_train_low_days", "time_to_train_high_days")
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def pareto_front(study: optuna.Study) -> pd.DataFrame:
+    """Feasible non-dominated stored trials over the study's objectives, one row each, sorted by
+    the first objective: ``trial``, the objectives, key metrics, then the scenario (dotted keys)."""
+    info = study_info(study)
+    objectives, directions = list(info["objectives"]), list(info["directions"])
+    feas = [t for t in feasible_trials(study) if t.values is not None]
+    metric_cols = objectives + [c for c in FRONT_COLUMNS if c not in objectives]
+    if not feas:
+        return pd.DataFrame(columns=["trial"] + metric_cols)
+    pts = np.array([[np.nan if t.user_attrs["metrics"].get(o) is None else t.user_attrs["metrics"][o] for o in objectives]
+                    for t in feas], dtype=float)
+    mask = pareto_mask(pts, directions)
+    rows = []
+    for t in (t for t, keep in zip(feas, mask) if keep):
+        m = t.user_attrs["metrics"]
+        row = {"trial": t.number, **{c: m.get(c) for c in metric_cols}}
+        sc = dict(t.user_attrs["scenario"])
+        if isinstance(sc.get("model"), str):
+            row["model"] = sc.pop("model")
+        row.update(_flatten(sc))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    asc = directions[0] != "maximize"
+    return df.sort_values(objectives[0], ascending=asc, kind="stable").reset_index(drop=True)
+
+
+def list_studies(storage: BaseStorage | str | None = None) -> list[dict[str, Any]]:
+    """Every study in the storage with its counts and best values per objective."""
+    _quiet_optuna()
+    st = _as_storage(storage, must_exist=True)
+    out = []
+    for s in st.get_all_studies():
+        trials = st.get_all_trials(s._study_id, deepcopy=False)
+        info = s.user_attrs.get(ATTR) if isinstance(s.user_attrs.get(ATTR), Mapping) else {}
+        objectives = list(info.get("objectives") or [])
+        feas = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") is True]
+        bests: dict[str, float | None] = {}
+        for o in objectives:
+            vals = [t.user_attrs["metrics"].get(o) for t in feas if isinstance(t.user_attrs.get("metrics"), Mapping)]
+            vals = [v for v in vals if v is not None]
+            bests[o] = (max(vals) if direction(o) == "maximize" else min(vals)) if vals else None
+        out.append({
+            "study": s.study_name, "kind": info.get("kind", "optuna"), "method": info.get("method"),
+            "objectives": objectives, "trials": sum(1 for t in trials if counts_as_trial(t)),
+            "complete": sum(1 for t in trials if t.state == TrialState.COMPLETE),
+            "failed": sum(1 for t in trials if t.state == TrialState.FAIL),
+            "running": sum(1 for t in trials if t.state == TrialState.RUNNING),
+            "feasible": len(feas), "best": bests,
+            "points": (info.get("summary") or {}).get("points"),
+        })
+    return out
