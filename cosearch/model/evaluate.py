@@ -317,6 +317,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     target_steps = steps_to_target(c["target_tokens"], c["critical_batch_tokens"], batch_tokens)
     accuracy_s = target_steps * step
     valid = valid_mask(c)
+    band_low, band_high = interval_factors()  # 80 % prediction interval (cosearch.model.interval)
+    train_days, train_usd = train_s / SECONDS_PER_DAY, gpus * price * train_s / 3600.0
 
     out = {
         "valid": valid,
@@ -332,8 +334,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "memory_gib": memory_bytes / mem.GIB,
         "usable_memory_gib": usable / mem.GIB,
         "cost_usd_per_step": cost_step,
-        "time_to_train_days": train_s / SECONDS_PER_DAY,
-        "cost_to_train_usd": gpus * price * train_s / 3600.0,
+        "time_to_train_days": train_days,
+        "cost_to_train_usd": train_usd,
         "energy_to_train_mwh": gpus * c["power_w"] * train_s / 3.6e9,
         "steps_to_target": target_steps,
         "tokens_to_target": tokens_to_target(c["target_tokens"], c["critical_batch_tokens"], batch_tokens),
@@ -362,11 +364,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "expansion_fits": expansion_ok,
         "idle_share": 1.0 - (m * (c_f + c_b + c_r)) / step,
         # 80 % prediction interval of the step time (cosearch.model.interval), and training at its ends
-        "step_time_low_s": step * interval_factors()[0],
-        "step_time_high_s": step * interval_factors()[1],
-        "time_to_train_low_days": train_s * interval_factors()[0] / SECONDS_PER_DAY,
-        "time_to_train_high_days": train_s * interval_factors()[1] / SECONDS_PER_DAY,
-        "cost_to_train_low_usd": gpus * price * train_s * interval_factors()[0] / 3600.0,
-        "cost_to_train_high_usd": gpus * price * train_s * interval_factors()[1] / 3600.0,
+        "step_time_low_s": step * band_low,
+        "step_time_high_s": step * band_high,
+        "time_to_train_low_days": train_days * band_low,
+        "time_to_train_high_days": train_days * band_high,
+        "cost_to_train_low_usd": train_usd * band_low,
+        "cost_to_train_high_usd": train_usd * band_high,
     }
     return out
