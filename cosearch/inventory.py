@@ -121,3 +121,65 @@ def inventory_outputs(sc: "Scenario", profile: Profile | None = None) -> tuple[d
         extra[key] = {n: int(v) for n, v in extra[key].items()}
     extra["hetero"] = sc.plan.hetero
     return scalars, extra
+
+
+def inventory_changes(sc: "Scenario") -> list[tuple[str, dict[str, Any]]]:
+    """Neighbouring plans of an inventory scenario: the other composition, fewer GPUs of one type (a
+    half, none), a factor moved between tp and the replica / stage count, micro-batch and recompute."""
+    pl, used = sc.plan, gpus_used(sc)
+    out: list[tuple[str, dict[str, Any]]] = []
+    other = "data" if pl.hetero == "pipeline" else "pipeline"
+    out.append((f"compose by {other}", {"plan.hetero": other}))
+    for name, n in used.items():
+        for new in sorted({n // 2, 0, sc.cluster.inventory[name]} - {n}):
+            if sum(used.values()) - n + new > 0:
+                out.append((f"{name}: {n} -> {new} GPUs", {"plan.gpus_by_type": {**used, name: new}}))
+    size = "pp" if pl.hetero == "data" else "dp"
+    current = getattr(pl, size) or 1
+    for f in (2, 4):
+        out.append((f"tp {pl.tp} -> {pl.tp * f}", {"plan.tp": pl.tp * f}))
+        out.append((f"{size} {current} -> {current * f}", {f"plan.{size}": current * f}))
+        if pl.tp % f == 0:
+            out.append((f"tp {pl.tp} -> {pl.tp // f}", {"plan.tp": pl.tp // f}))
+        if current % f == 0:
+            out.append((f"{size} {current} -> {current // f}", {f"plan.{size}": current // f}))
+    for mb in (pl.microbatch * 2, pl.microbatch // 2):
+        if mb >= 1:
+            out.append((f"microbatch {pl.microbatch} -> {mb}", {"plan.microbatch": mb}))
+    for rc in ("none", "selective", "full"):
+        if rc != pl.recompute:
+            out.append((f"recompute {pl.recompute} -> {rc}", {"plan.recompute": rc}))
+    return out
+
+
+def rank_inventory_changes(sc: "Scenario", profile: Profile | None = None,
+                           stats: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """:func:`cosearch.explain.rank_changes` for an inventory: each neighbour estimated, feasible ones fastest first."""
+    from .estimate import estimate
+    from .explain import changed_scenario
+
+    base = estimate(sc, profile)
+    ranked = []
+    changes = inventory_changes(sc)
+    for label, updates in changes:
+        try:
+            r = estimate(changed_scenario(sc, updates), profile)
+        except CosearchError:
+            continue
+        if not r["fits"]:
+            continue
+        ranked.append({"label": label, "kind": "plan", "updates": updates, "step_time_s": r["step_time_s"],
+                       "memory_gib": r["memory_gib"], "cost_usd_per_step": r["cost_usd_per_step"],
+                       "gain": 1.0 - r["step_time_s"] / base["step_time_s"], "speedup": base["step_time_s"] / r["step_time_s"]})
+    if stats is not None:
+        stats.update(evaluated=len(changes), feasible=len(ranked))
+    return sorted(ranked, key=lambda e: e["step_time_s"])
+
+
+def inventory_link_columns(sc: "Scenario") -> dict[str, float]:
+    """Columns for :func:`cosearch.explain._links`: the first type's NVLink domain, the plan's sizes."""
+    args = inventory_columns(sc)
+    cols = {**args["shared"], **args["hardware"][0]}
+    if sc.plan.hetero == "data":
+        cols["dp"] = sum(args["use"]) / (sc.plan.tp * sc.plan.pp * sc.plan.cp)
+    return cols
