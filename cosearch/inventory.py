@@ -183,3 +183,24 @@ def inventory_link_columns(sc: "Scenario") -> dict[str, float]:
     if sc.plan.hetero == "data":
         cols["dp"] = sum(args["use"]) / (sc.plan.tp * sc.plan.pp * sc.plan.cp)
     return cols
+
+
+def homogeneous_scenario(sc: "Scenario") -> "Scenario":
+    """The same plan as an ordinary one-type scenario when the plan uses one GPU type (unchanged otherwise):
+    ``gpu``/``gpus`` from that type, ``pp`` (pipeline composition) or ``dp`` (data) from its count."""
+    from .scenario import parse_scenario
+
+    used = {g: n for g, n in gpus_used(sc).items() if n}
+    if len(used) != 1:
+        return sc
+    (gpu, n), pl = next(iter(used.items())), sc.plan
+    data = sc.model_dump(mode="json", exclude_none=True)
+    data["cluster"] = {k: v for k, v in data["cluster"].items() if k != "inventory"} | {"gpu": gpu, "gpus": n}
+    plan = {k: v for k, v in data["plan"].items() if k not in ("hetero", "gpus_by_type")}
+    if pl.hetero == "pipeline":
+        dp = pl.dp or 1
+        plan.update(dp=dp, pp=n // (pl.tp * pl.cp * dp))
+    else:
+        plan.update(dp=n // (pl.tp * pl.pp * pl.cp))
+    data["plan"] = plan
+    return parse_scenario(data)
