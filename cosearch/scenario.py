@@ -204,7 +204,7 @@ def parse_scenario(data: Any) -> Scenario:
         sc = Scenario.model_validate(data)
     except ValidationError as err:
         raise _error_from_validation(err) from None
-    if sc.cluster.inventory is not None or "inventory" in (data.get("cluster") or {}):
+    if sc.cluster.inventory is not None:
         from .inventory import check_inventory_scenario  # hook: heterogeneous inventories
 
         check_inventory_scenario(sc)
