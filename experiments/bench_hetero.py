@@ -2,7 +2,7 @@
 
 Space: Llama-3 70B over an inventory of 512 H100 SXM, 256 H200 and 1,024 A100 80GB; the search picks how
 many of each to use (6 counts each), pipeline or data composition, tp, pp, dp, micro-batch, recompute,
-ZeRO stage: BENCH_HETERO_POINTS (about 1.1 million) points. Times (1) the vectorized heterogeneous model
+ZeRO stage: 186,624 points. Times (1) the vectorized heterogeneous model
 over the whole space in 2**18-point chunks, one process, points per second; (2) the homogeneous model on
 the same number of one-type rows, for scale; (3) ``cosearch run`` exhaustive end to end on the space
 (enumeration, exact Pareto front, stored study). Prints a table and saves results/bench_hetero.json.
@@ -34,7 +34,7 @@ SPACE = {
         "gpus_by_type": {"h100-sxm": [0, 64, 128, 256, 384, 512], "h200": [0, 32, 64, 128, 192, 256],
                          "a100-80gb": [0, 128, 256, 512, 768, 1024]},
         "tp": [4, 8], "pp": [2, 4, 8], "dp": [1, 2, 4, 8],
-        "microbatch": [1, 2], "recompute": ["selective", "full"], "sequence_parallel": True, "zero": [1, 2],
+        "microbatch": [1, 2, 4], "recompute": ["none", "selective", "full"], "sequence_parallel": True, "zero": [1, 2],
     },
     "objectives": ["time_to_train_days", "cost_to_train_usd"],
 }

@@ -81,10 +81,11 @@ def enumerate_space(spec: dict, names: list[str]) -> pd.DataFrame:
         df = pd.DataFrame({k: np.asarray(out[k])[keep] for k in ("time_to_train_days", "cost_to_train_usd", "step_time_s",
                                                                    "mfu", "memory_gib", "gpus")})
         for n in names:
-            df[f"use {n}"] = np.asarray(out[f"gpus_by_type.{n}"])[keep]
+            for key, col in (("gpus_by_type", "use"), ("pp_by_type", "pp"), ("dp_by_type", "dp")):
+                df[f"{col} {n}"] = np.asarray(out[f"{key}.{n}"])[keep]
         df["hetero"] = np.where(np.asarray(assign["plan.hetero"].codes)[keep] == 0, "pipeline", "data") \
             if hasattr(assign["plan.hetero"], "codes") else "pipeline"
-        for key in ("plan.tp", "plan.pp", "plan.dp", "plan.microbatch"):
+        for key in ("plan.tp", "plan.microbatch"):
             df[key.split(".")[1]] = np.asarray(assign[key])[keep]
         parts.append(df)
     df = pd.concat(parts, ignore_index=True)
@@ -109,8 +110,11 @@ def usage_case(title: str, case: dict) -> dict:
     row = {"case": title, "points_feasible": len(df)}
     for c, r in best.items():
         row[c] = {"days": float(r["time_to_train_days"]), "cost_usd": float(r["cost_to_train_usd"]),
+                  "step_time_s": float(r["step_time_s"]),
                   "gpus": {n: int(r[f"use {n}"]) for n in names}, "hetero": r["hetero"],
-                  "plan": f"tp={int(r['tp'])} pp={int(r['pp'])} dp={int(r['dp'])} mb={int(r['microbatch'])}", "mfu": float(r["mfu"])}
+                  "plan": f"tp={int(r['tp'])} mb={int(r['microbatch'])} " + ", ".join(
+                      f"{n}: pp {int(r[f'pp {n}'])} x dp {int(r[f'dp {n}'])}" for n in names if r[f"use {n}"]),
+                  "mfu": float(r["mfu"])}
     homs = [v for c, v in best.items() if c != "mixed"]
     # reference: every type training at its own best rate, with no cost of combining them
     row["sum_of_parts_days"] = float(1.0 / sum(1.0 / r["time_to_train_days"] for r in homs)) if len(homs) > 1 else None
@@ -191,11 +195,11 @@ def main() -> dict:
     RESULTS.mkdir(exist_ok=True)
     usage = [usage_case(t, c) for t, c in CASES.items()]
     added = add_case()
-    print(f"{'case':44s} {'class':18s} {'days':>8s} {'cost $M':>8s} {'MFU':>6s}  GPUs used / plan")
+    print(f"{'case':44s} {'class':18s} {'step s':>7s} {'days':>8s} {'cost $M':>8s} {'MFU':>6s}  GPUs used / plan")
     for u in usage:
         for c in sorted(k for k in u if k.endswith("only") or k == "mixed"):
             r = u[c]
-            print(f"{u['case']:44s} {c:18s} {r['days']:8.1f} {r['cost_usd'] / 1e6:8.3f} {100 * r['mfu']:5.1f}%  "
+            print(f"{u['case']:44s} {c:18s} {r['step_time_s']:7.2f} {r['days']:8.1f} {r['cost_usd'] / 1e6:8.3f} {100 * r['mfu']:5.1f}%  "
                   f"{r['gpus']} {r['hetero']} {r['plan']}")
         if "mixed_speedup_vs_best_homogeneous" in u:
             print(f"{'':44s} mixed vs best homogeneous: {u['mixed_speedup_vs_best_homogeneous']:.2f}x faster, "
