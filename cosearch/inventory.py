@@ -71,7 +71,15 @@ def inventory_columns(sc: "Scenario") -> dict[str, Any]:
     shared = {k: v for k, v in scenario_columns(stand_in).items() if k not in HARDWARE_COLUMNS and k != "gpus"}
     shared["dp"] = float(sc.plan.dp) if sc.plan.dp is not None else 1.0
     used = gpus_used(sc)
-    return dict(shared=shared, hardware=[type_hardware(n, sc.training.precision) for n in names],
+    hws = []
+    for n in names:
+        try:
+            hws.append(type_hardware(n, sc.training.precision))
+        except CosearchError:  # a precision the type lacks: an error only where the plan uses the type
+            if used[n]:
+                raise
+            hws.append({**type_hardware(n, "bf16"), "peak_tflops": float("nan")})
+    return dict(shared=shared, hardware=hws,
                 use=[float(used[n]) for n in names], mode=float(HETERO_CODES[sc.plan.hetero]), names=names,
                 inventory=[float(sc.cluster.inventory[n]) for n in names])
 
@@ -97,14 +105,16 @@ def _first_error(sc: "Scenario", args: dict[str, Any]) -> CosearchError:
         return CosearchError("training.global_batch", f"{sc.training.global_batch} sequences give fewer micro-batches "
                              f"than the {replicas:.0f} replicas")
     stages = pl.pp if data else sum(use) / group
-    cols = {**args["shared"], **args["hardware"][0], "pp": float(stages), "dp": float(replicas),
-            "gpus": float(pl.tp * pl.cp * stages * replicas), "interleave": float(pl.interleave if data else 1)}
     from .model.columns import scalar_columns
 
-    try:
-        check_scalar(scalar_columns(cols))
-    except CosearchError as err:
-        return err
+    for hw, n in zip(args["hardware"], use):  # the homogeneous rules, on each type in use
+        cols = {**args["shared"], **hw, "pp": float(stages), "dp": float(replicas),
+                "gpus": float(pl.tp * pl.cp * stages * replicas), "interleave": float(pl.interleave if data else 1)}
+        try:
+            if n:
+                check_scalar(scalar_columns(cols))
+        except CosearchError as err:
+            return err
     return CosearchError("plan", "the layers do not split over the pipeline stages of the inventory")
 
 

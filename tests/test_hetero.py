@@ -177,11 +177,21 @@ def test_search_finds_the_enumerated_optimum(tmp_path):
     ({"inventory": {"h100-sxm": 8, "a100-80gb": 6}}, {"tp": 4}, "plan.gpus_by_type.a100-80gb"),
     ({"gpu": "h100-sxm", "gpus": 8}, {"gpus_by_type": {"h100-sxm": 8}}, "plan.gpus_by_type"),
     ({}, {}, "cluster.gpu"),
+    ({"inventory": {"h100-sxm": 8, "a100-80gb": 8}}, {"tp": 8}, "training.precision"),  # fp8: A100 has none
 ])
 def test_bad_inventory_is_one_line_naming_the_field(cluster, plan, field):
+    training = {**BASE["training"], "precision": "fp8"} if field == "training.precision" else BASE["training"]
     with pytest.raises(CosearchError) as err:
-        cosearch.estimate({**BASE, "cluster": cluster, "plan": plan})
+        cosearch.estimate({**BASE, "training": training, "cluster": cluster, "plan": plan})
     assert err.value.field == field and "\n" not in str(err.value)
+
+
+def test_unused_type_without_fp8_does_not_block_an_fp8_plan():
+    sc = {**BASE, "training": {**BASE["training"], "precision": "fp8"}}
+    mixed = {"inventory": {"h100-sxm": 8, "a100-80gb": 8}}
+    r = cosearch.estimate({**sc, "cluster": mixed, "plan": {"tp": 8, "gpus_by_type": {"a100-80gb": 0}}})
+    h = cosearch.estimate({**sc, "cluster": {"gpu": "h100-sxm", "gpus": 8}, "plan": {"tp": 8}})
+    assert r["step_time_s"] == h["step_time_s"]
 
 
 def test_cli_estimate_reports_by_type(tmp_path):

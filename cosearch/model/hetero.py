@@ -30,6 +30,7 @@ from . import collectives as coll
 from . import communication as comm
 from . import flops as fl
 from . import memory as mem
+from .columns import INPUT_COLUMNS
 from .evaluate import BREAKDOWN_KEYS, OPTIMIZER_TRAFFIC_BYTES, SECONDS_PER_DAY, evaluate, evaluate_parts
 from .interval import interval_factors
 from .pipeline import bubble_slots
@@ -122,10 +123,6 @@ def _fabric_min(fabrics, used):
                        low("oversubscription", np.fmax, -np.inf), low("leaf_gpus"))
 
 
-def _columns_for(shared, hw, **over):
-    return {**shared, **hw, **over}
-
-
 def _pipeline(sh, hws, use, p: Profile):
     """Pipeline stages on different types: metrics of rows that use two or more types."""
     K, n = len(hws), len(sh["layers"])
@@ -134,12 +131,12 @@ def _pipeline(sh, hws, use, p: Profile):
     P = sum(pp_t)
     m = B / (dp * mb)
     gpus_total = tp * cp * dp * P
-    res = [evaluate_parts(_columns_for(sh, hw, pp=P, interleave=1.0, gpus=gpus_total)) for hw in hws]
+    res = [evaluate_parts({**sh, **hw, "pp": P, "interleave": 1.0, "gpus": gpus_total}) for hw in hws]
     outs, parts = [r[0] for r in res], [r[1] for r in res]
-    valid = np.all([o["valid"] for o in outs], axis=0) & (sh["interleave"] == 1)
+    used = [q > 0 for q in pp_t]
+    valid = np.all([o["valid"] | ~u for o, u in zip(outs, used)], axis=0) & (sh["interleave"] == 1)
     for q in pp_t:
         valid &= (q >= 0) & (q == np.floor(q))
-    used = [q > 0 for q in pp_t]
     q0 = parts[0]
     slow = _fabric_min([q["fabric"] for q in parts], used)
     stride = tp * cp * dp
@@ -241,7 +238,7 @@ def _data(sh, hws, use, p: Profile):
     used = [q > 0 for q in dp_t]
     m_call = np.maximum(np.ceil(M / D), 1.0)
     gpus = tp * pp * cp * D
-    res = [evaluate_parts(_columns_for(sh, hw, dp=D, gpus=gpus, global_batch=D * mb * m_call)) for hw in hws]
+    res = [evaluate_parts({**sh, **hw, "dp": D, "gpus": gpus, "global_batch": D * mb * m_call}) for hw in hws]
     outs, parts = [r[0] for r in res], [r[1] for r in res]
     valid = np.all([o["valid"] | ~u for o, u in zip(outs, used)], axis=0) & (M == np.floor(M)) & (M >= D)
     for q in dp_t:
@@ -255,7 +252,7 @@ def _data(sh, hws, use, p: Profile):
         redo = used[k] & (np.minimum(n_k[k], pp) != np.minimum(m_call, pp))
         if np.any(redo):
             i = np.nonzero(redo)[0]
-            sub = {key: np.broadcast_to(v, (n,))[i] for key, v in _columns_for(sh, hws[k]).items()}
+            sub = {key: np.broadcast_to(v, (n,))[i] for key, v in {**sh, **hws[k]}.items()}
             o2, q2 = evaluate_parts({**sub, "dp": D[i], "gpus": gpus[i], "global_batch": D[i] * mb[i] * n_k[k, i]})
             for key in o2:
                 outs[k][key] = np.array(np.broadcast_to(outs[k][key], (n,)))
@@ -367,7 +364,6 @@ def evaluate_hetero(shared: Mapping[str, object], hardware: Sequence[Mapping[str
     use = [next(it) for _ in range(K)]
     mode = next(it)
     inv = [next(it) for _ in range(K)] if inventory else None
-    from .columns import INPUT_COLUMNS
     for key, default in INPUT_COLUMNS.items():
         if key not in sh and key not in HARDWARE_COLUMNS and key not in ("gpus", "dp"):
             if default is None:
