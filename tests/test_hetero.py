@@ -13,7 +13,7 @@ import pytest
 import cosearch
 from cosearch.errors import CosearchError
 from cosearch.model.evaluate import evaluate_parts
-from cosearch.model.hetero import balanced_split
+from cosearch.model.split import balanced_split
 from cosearch.model.profile import DEFAULT_PROFILE
 
 GIB = 2.0**30
