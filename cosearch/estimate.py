@@ -100,7 +100,12 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     if calibrated_range is not None:
         from .calibration import range_warnings
 
-        result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
+        if by_type:  # each type in use, as one cluster of that type with the job's GPU count
+            stand_ins = [sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"gpu": g, "gpus": result["gpus"]})})
+                         for g, n in by_type["gpus_by_type"].items() if n]
+            result["warnings"] = list(dict.fromkeys(w for s in stand_ins for w in range_warnings(calibrated_range, s, result["params"])))
+        else:
+            result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
     for gpu in sc.cluster.inventory or [sc.cluster.gpu]:
         assumed = hardware.efficiency_warning(gpu)  # catalog efficiency not measured on this GPU
         if assumed:

@@ -204,3 +204,10 @@ def test_cli_estimate_reports_by_type(tmp_path):
     path.write_text(json.dumps({**BASE, "cluster": {"inventory": {"h100-sxm": 2}, "gpus": 2}}))
     bad = subprocess.run([sys.executable, "-m", "cosearch", "estimate", str(path)], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "cluster.gpus" in bad.stderr
+
+
+def test_calibrated_range_warns_per_type_in_use():
+    rng = {"rows": 3, "gpu_types": ["h100-sxm"], "params_b": (0.1, 100.0), "gpus": (1, 64), "seq_len": (1024, 4096)}
+    r = cosearch.estimate({**BASE, "cluster": {"inventory": {"h100-sxm": 2, "a100-80gb": 2}}}, calibrated_range=rng)
+    assert [w for w in r["warnings"] if "calibrated" in w] == [
+        "cluster.gpu a100-80gb is outside the calibrated range (profile fitted on h100-sxm)"]
