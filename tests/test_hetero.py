@@ -211,3 +211,26 @@ def test_calibrated_range_warns_per_type_in_use():
     r = cosearch.estimate({**BASE, "cluster": {"inventory": {"h100-sxm": 2, "a100-80gb": 2}}}, calibrated_range=rng)
     assert [w for w in r["warnings"] if "calibrated" in w] == [
         "cluster.gpu a100-80gb is outside the calibrated range (profile fitted on h100-sxm)"]
+
+
+def test_cli_run_pareto_best_report_explain_on_an_inventory(tmp_path, capsys):
+    from cosearch.cli import main
+
+
+    space = tmp_path / "space.yaml"
+    space.write_text(json.dumps({**SPACE, "objectives": ["step_time_s", "cost_usd_per_step"]}))
+    store = ["--storage", str(tmp_path / "j.journal")]
+    assert main(["run", str(space), "--study", "inv", *store]) == 0
+    assert main(["pareto", "--study", "inv", *store]) == 0
+    table = capsys.readouterr().out
+    head = table[table.index("┏"):table.index("┡")]  # the header rows (long names wrap onto two lines)
+    assert all(word in head for word in ("have", "use", "a100-80gb", "h100-sxm", "hetero"))
+    assert main(["best", "--study", "inv", *store, "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    scenario = tmp_path / "best.yaml"
+    scenario.write_text(json.dumps(best["scenario"]))
+    assert "inventory" in best["scenario"]["cluster"] and "gpus" not in best["scenario"]["cluster"]
+    assert main(["explain", str(scenario)]) == 0
+    assert "inventory" in capsys.readouterr().out  # the header names the inventory and the GPUs in use
+    assert main(["report", "--study", "inv", *store, "--out", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").stat().st_size > 0
