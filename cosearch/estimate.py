@@ -49,10 +49,17 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     ``cloud`` holds the transient-server economics (docs/cloud.md).
     """
     sc: Scenario = load_scenario(scenario)
-    cols = scalar_columns(scenario_columns(sc))
-    out = evaluate_scalar_columns(cols, profile or DEFAULT_PROFILE)
-    if not out["valid"]:
-        check_scalar(cols)  # the first rule the plan breaks, as a one-line error
+    by_type: dict[str, Any] = {}
+    if sc.cluster.inventory is not None:  # hook: several GPU types (cosearch.inventory, cosearch.model.hetero)
+        from .inventory import inventory_outputs
+
+        out, by_type = inventory_outputs(sc, profile)
+        cols = {"dp": out["dp"]}
+    else:
+        cols = scalar_columns(scenario_columns(sc))
+        out = evaluate_scalar_columns(cols, profile or DEFAULT_PROFILE)
+        if not out["valid"]:
+            check_scalar(cols)  # the first rule the plan breaks, as a one-line error
     result: dict[str, Any] = {
         key: _num(out[key])
         for key in (
@@ -63,7 +70,8 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
             "statistical_efficiency", "expansion_used_gib", "expansion_fits", "idle_share",
         )
     }
-    result["gpus"] = sc.cluster.gpus
+    result["gpus"] = sc.cluster.gpus if not by_type else sum(by_type["gpus_by_type"].values())
+    result.update(by_type)
     result["dp"] = int(cols["dp"])
     result["breakdown_s"] = {k: _num(out[f"time_{k}_s"]) for k in BREAKDOWN_KEYS}
     result["memory_breakdown_gib"] = {k: _num(out[f"mem_{k}_gib"]) for k in MEMORY_KEYS}
@@ -92,10 +100,16 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     if calibrated_range is not None:
         from .calibration import range_warnings
 
-        result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
-    assumed = hardware.efficiency_warning(sc.cluster.gpu)  # catalog efficiency not measured on this GPU
-    if assumed:
-        result["warnings"].append(assumed)
+        if by_type:  # each type in use, as one cluster of that type with the job's GPU count
+            stand_ins = [sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"gpu": g, "gpus": result["gpus"]})})
+                         for g, n in by_type["gpus_by_type"].items() if n]
+            result["warnings"] = list(dict.fromkeys(w for s in stand_ins for w in range_warnings(calibrated_range, s, result["params"])))
+        else:
+            result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
+    for gpu in sc.cluster.inventory or [sc.cluster.gpu]:
+        assumed = hardware.efficiency_warning(gpu)  # catalog efficiency not measured on this GPU
+        if assumed:
+            result["warnings"].append(assumed)
     from .notebook import Estimate  # a dict that renders as a table in Jupyter
 
     return Estimate(result)

@@ -337,7 +337,12 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
     """
     sc = load_scenario(scenario)
     r = estimate(sc, profile)
-    cols = scenario_columns(sc)
+    if sc.cluster.inventory is not None:  # hook: several GPU types (cosearch.inventory)
+        from .inventory import inventory_link_columns
+
+        cols = inventory_link_columns(sc)
+    else:
+        cols = scenario_columns(sc)
     total = r["step_time_s"]
     time_parts = [
         {"part": k, "label": _label(k), "limiter": _limiter_of(k), "seconds": r["breakdown_s"][k] or 0.0,
@@ -350,9 +355,15 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
         for k in r["memory_breakdown_gib"]
     ]
     links = _links(cols)
-    candidates = neighbours(sc, cols)
     stats: dict[str, int] = {}
-    ranked = rank_changes(sc, profile or DEFAULT_PROFILE, candidates, stats)
+    if sc.cluster.inventory is not None:
+        from .inventory import rank_inventory_changes
+
+        ranked = rank_inventory_changes(sc, profile, stats)
+        candidates = [None] * stats["evaluated"]
+    else:
+        candidates = neighbours(sc, cols)
+        ranked = rank_changes(sc, profile or DEFAULT_PROFILE, candidates, stats)
     useful = [e for e in ranked if e["gain"] >= MIN_GAIN or not r["fits"]]
     alternatives = [_verified(sc, e, r, profile) for e in useful[:top]]
     plan_only = [e for e in useful if e["kind"] == "plan"]

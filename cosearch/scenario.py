@@ -7,7 +7,7 @@ vectorized model takes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, get_args
+from typing import Annotated, Any, Literal, Mapping, Optional, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -66,9 +66,14 @@ class TrainingSpec(_Strict):
         None, ge=1, le=MAX_TOKENS, description="gradient noise scale B_noise in tokens (McCandlish et al. 2018); default infinite")
 
 
+GpuCount = Annotated[Int, Field(ge=0, le=MAX_COUNT)]
+
+
 class ClusterSpec(_Strict):
-    gpu: str
-    gpus: Int = Field(gt=0, le=MAX_COUNT)
+    gpu: Optional[str] = None   # required unless ``inventory`` is given (parse_scenario checks the form)
+    gpus: Optional[Int] = Field(None, gt=0, le=MAX_COUNT)
+    inventory: Optional[dict[str, GpuCount]] = Field(
+        None, description="GPUs of several types, {catalog id: count}, instead of gpu/gpus (cosearch.inventory)")
     gpus_per_node: Optional[Int] = Field(None, gt=0, le=1 << 20)
     nvlink_domain: Optional[Int] = Field(None, gt=0, le=MAX_COUNT)
     hbm_gib: Optional[Float] = Field(None, gt=0, le=1e6, description="HBM per GPU: the datasheet 'GB' number as sold, read as GiB (within ~0.5 % for HBM stacks)")
@@ -105,6 +110,9 @@ class PlanSpec(_Strict):
         "none", description="what lives in the cluster's memory expansion tier")
     tp_collective: Literal["nccl", "ring", "tree", "hierarchical", "direct", "auto"] = "nccl"
     dp_collective: Literal["nccl", "ring", "tree", "hierarchical", "direct", "auto"] = "nccl"
+    # heterogeneous inventories (cosearch.model.hetero): how the types combine, and how many of each the plan uses
+    hetero: Literal["pipeline", "data"] = Field("pipeline", description="inventory only: stages (pipeline) or replicas (data) per type")
+    gpus_by_type: Optional[dict[str, GpuCount]] = Field(None, description="inventory only: GPUs used per type; default all")
 
 
 class Scenario(_Strict):
@@ -196,6 +204,17 @@ def parse_scenario(data: Any) -> Scenario:
         sc = Scenario.model_validate(data)
     except ValidationError as err:
         raise _error_from_validation(err) from None
+    if sc.cluster.inventory is not None:
+        from .inventory import check_inventory_scenario  # hook: heterogeneous inventories
+
+        check_inventory_scenario(sc)
+        return sc
+    if sc.cluster.gpu is None:
+        raise CosearchError("cluster.gpu", "required field is missing (or give cluster.inventory)")
+    if sc.cluster.gpus is None:
+        raise CosearchError("cluster.gpus", "required field is missing")
+    if sc.plan.gpus_by_type is not None:
+        raise CosearchError("plan.gpus_by_type", "needs cluster.inventory (GPUs of several types)")
     hardware.gpu(sc.cluster.gpu)  # unknown id -> error naming cluster.gpu
     return sc
 

@@ -78,6 +78,31 @@ def band_text(r: dict, key: str, spec: str = ".3g", unit: str = "", prefix: str 
     return f"  ({100 * cov:.0f} % band {prefix}{format(band[0], spec)}-{prefix}{format(band[1], spec)}{unit})"
 
 
+def cluster_text(r: dict, cl: dict) -> str:
+    """``1024 x a100-80gb``, or for an inventory ``64 x h100-sxm + 128 x a100-80gb (pipeline)``."""
+    if not r.get("gpus_by_type"):
+        return f"{cl['gpus']} x {cl['gpu']}"
+    used = " + ".join(f"{n} x {g}" for g, n in r["gpus_by_type"].items() if n)
+    return f"{used} ({r['hetero']}; inventory {', '.join(f'{n} {g}' for g, n in cl['inventory'].items())})"
+
+
+def plan_text(r: dict, pl: dict) -> str:
+    pp = "+".join(str(v) for v in r["pp_by_type"].values() if v) if r.get("hetero") == "pipeline" else pl["pp"]
+    return (f"tp={pl['tp']} pp={pp} dp={r['dp']} cp={pl['cp']} mb={pl['microbatch']} v={pl['interleave']} "
+            f"recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}")
+
+
+def by_type_table(r: dict) -> Table:
+    """GPUs, stages or replicas, layers, micro-batches and memory of each GPU type of an inventory."""
+    t = Table(title="by GPU type", title_justify="left")
+    for col in ("type", "GPUs", "stages", "replicas", "layers", "micro-batches", "memory GiB"):
+        t.add_column(col, justify="left" if col == "type" else "right")
+    for g, n in r["gpus_by_type"].items():
+        t.add_row(g, str(n), str(r["pp_by_type"][g]), str(r["dp_by_type"][g]), str(r["layers_by_type"][g]),
+                  str(r["microbatches_by_type"][g]), _fmt(r["memory_gib_by_type"][g] if n else None, ".1f"))
+    return t
+
+
 def render(r: dict, console: Console) -> None:
     """Readable breakdown tables of an estimate."""
     sc = r["scenario"]
@@ -85,10 +110,7 @@ def render(r: dict, console: Console) -> None:
     nofit = no_fit_line(r)
     if nofit:  # first, in red: time and cost below are those of a plan that cannot run
         console.print(f"[bold red]{nofit}[/] (time and cost below are for a plan that cannot run)")
-    console.print(
-        f"[bold]{cl['gpus']} x {cl['gpu']}[/]  tp={pl['tp']} pp={pl['pp']} dp={r['dp']} cp={pl['cp']} "
-        f"mb={pl['microbatch']} v={pl['interleave']} recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
-    )
+    console.print(f"[bold]{cluster_text(r, cl)}[/]  {plan_text(r, pl)}")
     head = Table(show_header=False, box=None)
     head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s" + band_text(r, "step_time_interval_s", ".3g", " s"))
     head.add_row("throughput", f"{_fmt(r['tokens_per_s'], ',.0f')} tokens/s")
@@ -117,6 +139,8 @@ def render(r: dict, console: Console) -> None:
         head.add_row("time P10/P50/P90", " / ".join(f"{_fmt(cloud[f'p{q}_time_to_train_days'], ',.1f')}" for q in (10, 50, 90)) + " days")
         head.add_row("cost P10/P50/P90", " / ".join(f"${_fmt(cloud[f'p{q}_cost_to_train_usd'], ',.0f')}" for q in (10, 50, 90)))
     console.print(head)
+    if r.get("gpus_by_type"):
+        console.print(by_type_table(r))
     for w in r.get("warnings", []):
         console.print(f"[yellow]warning: {w}[/]")
     t = Table(title="step time", title_justify="left")

@@ -15,6 +15,9 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
     Refuses plans whose degrees do not tile the cluster or the batch (a launcher would fail on
     them) and runs the scenario's own hardware checks (e.g. fp8 on a GPU without fp8).
     """
+    if sc.cluster.inventory is not None:
+        raise refuse("cluster.inventory", f"{framework} launches one GPU type per job; export a plan that uses one "
+                     "type (plan.gpus_by_type) or write the per-type stage layout by hand")
     scenario_columns(sc)  # hardware checks: unknown GPU, precision the GPU lacks
     m, pl, cl = sc.model, sc.plan, sc.cluster
     if pl.zero3_live_params is not None and framework.lower() != "deepspeed":

@@ -99,7 +99,16 @@ def evaluate_scalar_columns(c: dict[str, float], profile: Profile = DEFAULT_PROF
         return {k: v.item() for k, v in evaluate(c, profile).items()}
 
 
-def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
+def evaluate_parts(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> tuple[dict, dict]:
+    """:func:`evaluate` plus the per-layer and per-stage pieces behind it (``parts``), which the
+    heterogeneous composition (:mod:`.hetero`) reuses instead of repeating the physics."""
+    c = broadcast_columns(columns)
+    parts: dict = {}
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _evaluate(c, profile, parts), parts
+
+
+def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None) -> dict[str, np.ndarray]:
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
     B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
@@ -393,4 +402,13 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "cost_to_train_low_usd": train_usd * band_low,
         "cost_to_train_high_usd": train_usd * band_high,
     }
+    if parts is not None:  # hook for cosearch.model.hetero: one layer's and one stage's pieces, per micro-batch
+        parts.update(
+            layer_compute_s=layer_f + layer_b, layer_recompute_s=layer_r, layer_tp_s=tp_layer_f + tp_layer_b,
+            layer_cp_s=cp_layer_f + cp_layer_b, layer_back_s=layer_b + layer_r + tp_layer_b + cp_layer_b,
+            logits_s=logits_f + logits_b, logits_back_s=logits_b, slot_s=slot, p2p_bytes=p2p_bytes, fabric=fabric,
+            layer_params=layer_params_loc, emb_params=emb_loc, act_layer_bytes=act_layer, working_bytes=working,
+            logits_bytes=logits_buf, opt_group=opt_group, hbm_Bps=hbm_Bps, grad_bytes=grad_bytes, hide_b_s=hide_b,
+            optimizer_s=optimizer, usable_bytes=usable, model_flops=model_flops,
+            hardware_flops=model_flops + recompute_fwd_flops)
     return out
