@@ -108,6 +108,17 @@ def render(r: dict, console: Console) -> None:
         head.add_row("time to accuracy", f"{_fmt(r['time_to_accuracy_days'], ',.1f')} days "
                      f"({_fmt(r['steps_to_target'], ',.0f')} steps, statistical efficiency {_fmt(r['statistical_efficiency'], '.2f')})")
         head.add_row("cost to accuracy", f"${_fmt(r['cost_to_accuracy_usd'], ',.0f')}")
+    dpool = r.get("deeppool")
+    if dpool:  # DeepPool burst parallelism / multiplexing (cosearch.model.burst)
+        if dpool["burst"]:
+            runs = ", ".join(f"layers {x['layers'][0]}-{x['layers'][1]} dp={x['dp']}" if "layers" in x else f"head dp={x['dp']}"
+                             for x in dpool["schedule"])
+            head.add_row("burst schedule", f"{runs or 'none fits'}  (uniform dp={r['dp']}: {_fmt(dpool['uniform_step_time_s'], '.4g')} s, "
+                         f"burst {_fmt(dpool['burst_speedup'], '.3g')}x)")
+        head.add_row("idle GPU time", f"{_fmt(dpool['idle_gpu_s'], '.4g')} GPU-s per step ({_fmt(100 * r['idle_share'], '.1f')} %)")
+        if dpool["multiplex"]:
+            head.add_row("background job", f"{_fmt(dpool['background_tokens_per_s'], ',.0f')} tokens/s (interference "
+                         f"{_fmt(dpool['interference'], '.2f')}); cluster total {_fmt(dpool['total_tokens_per_s'], ',.0f')} tokens/s")
     cloud = r.get("cloud")
     if cloud:
         head.add_row("rented", f"{cloud['instances']} x {cloud['provider']}/{cloud['instance']} ({cloud['pricing']}, "

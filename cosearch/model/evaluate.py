@@ -20,6 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from . import _ops as ops
+from . import burst as dpool
 from . import collectives as coll
 from . import communication as comm
 from . import compute as kern
@@ -77,7 +78,19 @@ def evaluate_scalar_columns(c: dict[str, float], profile: Profile = DEFAULT_PROF
         return {k: v.item() for k, v in evaluate(c, profile).items()}
 
 
-def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
+def burst_schedule(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> list[float]:
+    """Data-parallel width of every burst stage (each block of ``burst_block_layers`` layers, then the
+    logits head) of ONE configuration with ``burst: 1``; [] when no schedule exists."""
+    c = broadcast_columns(columns)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        sched = _evaluate(c, profile, record=True).get("burst_schedule")
+    if sched is None:
+        return []
+    widths, path = sched
+    return [float(widths.reshape(-1)[i]) for i in np.asarray(path).reshape(-1)]
+
+
+def _evaluate(c: dict[str, np.ndarray], p: Profile, record: bool = False) -> dict[str, np.ndarray]:
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
     B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
@@ -298,6 +311,17 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     expansion_ok = xp.tier_fits(expansion_used, c["expansion_gib"], c["expansion_pooled"], c["gpus_per_node"])
     fits = (memory_bytes <= usable) & expansion_ok
 
+    # --- hook: DeepPool burst parallelism and multiplexing (cosearch.model.burst); columns absent: no work
+    deeppool = not (ops.all(ops.isnan(c["burst"])) and ops.all(ops.isnan(c["multiplex"])))
+    if deeppool:
+        busy_gpu_s = m * (c_f + c_b + c_r) * gpus
+        uniform_step, min_dp = step, dp
+        if ops.any(c["burst"] == 1.0):
+            step, memory_bytes, fits, burst_busy, min_dp, schedule = dpool.burst_step(
+                c, fabric, step, memory_bytes, fits, m * (logits_f + logits_b), layer_params_loc, params_stage,
+                lambda cols: _evaluate(cols, p), record=record)
+            busy_gpu_s = ops.where(ops.isnan(burst_busy), busy_gpu_s, burst_busy)
+
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
     model_flops = fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step
@@ -371,4 +395,16 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "cost_to_train_low_usd": train_usd * band_low,
         "cost_to_train_high_usd": train_usd * band_high,
     }
+    if deeppool:
+        idle_gpu_s = gpus * step - busy_gpu_s
+        # default background job: this model's own work at its compute rate on one GPU (DeepPool's
+        # background jobs are single-GPU runs of the same networks)
+        rate = ops.where(ops.isnan(c["background_tokens_per_gpu_s"]), tokens_step / (m * (c_f + c_b + c_r) * gpus),
+                         c["background_tokens_per_gpu_s"])
+        bg = ops.where(c["multiplex"] == 1.0,
+                       dpool.background_tokens_per_s(idle_gpu_s, step, rate, c["multiplex_interference"]), 0.0)
+        out.update(uniform_step_time_s=uniform_step, burst_min_dp=min_dp, idle_share=idle_gpu_s / (gpus * step),
+                   idle_gpu_s=idle_gpu_s, background_tokens_per_s=bg, total_tokens_per_s=tokens_per_s + bg)
+        if record and ops.any(c["burst"] == 1.0):
+            out["burst_schedule"] = schedule
     return out
