@@ -160,6 +160,8 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
                           "plan", {"plan.sequence_parallel": not pl.sequence_parallel}))
     if not pl.overlap_grad_reduce:
         out.append(Change("overlap_grad_reduce false -> true", "plan", {"plan.overlap_grad_reduce": True}))
+    if pl.pp == 1 and not pl.burst:  # DeepPool burst parallelism (cosearch.model.burst)
+        out.append(Change("burst false -> true", "plan", {"plan.burst": True}))
     if pl.tp > 1 and not pl.tp_comm_overlap:
         out.append(Change("tp_comm_overlap false -> true", "plan", {"plan.tp_comm_overlap": True}))
     # Move a factor between two mesh dimensions; the GPU count stays the same.

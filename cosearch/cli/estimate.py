@@ -78,6 +78,24 @@ def band_text(r: dict, key: str, spec: str = ".3g", unit: str = "", prefix: str 
     return f"  ({100 * cov:.0f} % band {prefix}{format(band[0], spec)}-{prefix}{format(band[1], spec)}{unit})"
 
 
+def deeppool_rows(r: dict) -> list[tuple[str, str]]:
+    """(label, text) rows of an estimate's DeepPool section (burst schedule, idle time, background job)."""
+    d = r.get("deeppool")
+    if not d:
+        return []
+    rows = []
+    if d["burst"]:
+        runs = ", ".join(f"layers {x['layers'][0]}-{x['layers'][1]} dp={x['dp']}" if "layers" in x else f"head dp={x['dp']}"
+                         for x in d["schedule"])
+        rows.append(("burst schedule", f"{runs or 'none fits'}  (uniform dp={r['dp']}: {_fmt(d['uniform_step_time_s'], '.4g')} s, "
+                     f"burst {_fmt(d['burst_speedup'], '.3g')}x; breakdowns are of the uniform plan)"))
+    rows.append(("idle GPU time", f"{_fmt(d['idle_gpu_s'], '.4g')} GPU-s per step ({_fmt(100 * r['idle_share'], '.1f')} %)"))
+    if d["multiplex"]:
+        rows.append(("background job", f"{_fmt(d['background_tokens_per_s'], ',.0f')} tokens/s (interference "
+                     f"{_fmt(d['interference'], '.2f')}); cluster total {_fmt(d['total_tokens_per_s'], ',.0f')} tokens/s"))
+    return rows
+
+
 def render(r: dict, console: Console) -> None:
     """Readable breakdown tables of an estimate."""
     sc = r["scenario"]
@@ -108,17 +126,8 @@ def render(r: dict, console: Console) -> None:
         head.add_row("time to accuracy", f"{_fmt(r['time_to_accuracy_days'], ',.1f')} days "
                      f"({_fmt(r['steps_to_target'], ',.0f')} steps, statistical efficiency {_fmt(r['statistical_efficiency'], '.2f')})")
         head.add_row("cost to accuracy", f"${_fmt(r['cost_to_accuracy_usd'], ',.0f')}")
-    dpool = r.get("deeppool")
-    if dpool:  # DeepPool burst parallelism / multiplexing (cosearch.model.burst)
-        if dpool["burst"]:
-            runs = ", ".join(f"layers {x['layers'][0]}-{x['layers'][1]} dp={x['dp']}" if "layers" in x else f"head dp={x['dp']}"
-                             for x in dpool["schedule"])
-            head.add_row("burst schedule", f"{runs or 'none fits'}  (uniform dp={r['dp']}: {_fmt(dpool['uniform_step_time_s'], '.4g')} s, "
-                         f"burst {_fmt(dpool['burst_speedup'], '.3g')}x)")
-        head.add_row("idle GPU time", f"{_fmt(dpool['idle_gpu_s'], '.4g')} GPU-s per step ({_fmt(100 * r['idle_share'], '.1f')} %)")
-        if dpool["multiplex"]:
-            head.add_row("background job", f"{_fmt(dpool['background_tokens_per_s'], ',.0f')} tokens/s (interference "
-                         f"{_fmt(dpool['interference'], '.2f')}); cluster total {_fmt(dpool['total_tokens_per_s'], ',.0f')} tokens/s")
+    for label, text in deeppool_rows(r):
+        head.add_row(label, text)
     cloud = r.get("cloud")
     if cloud:
         head.add_row("rented", f"{cloud['instances']} x {cloud['provider']}/{cloud['instance']} ({cloud['pricing']}, "

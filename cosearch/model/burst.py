@@ -195,28 +195,23 @@ def _burst_step(c, fabric, step_s, memory_bytes, fits, head_s, layer_params, par
                          col["hidden"][:, None, None], col["tp"][:, None, None], col["cp"][:, None, None], sub_fabric)
     trans = np.where(np.isnan(trans), np.inf, trans)
     gpus_w = widths * (col["tp"] * col["cp"])[:, None]
-    # blocks of `burst_block_layers` layers in order, a shorter last block, then the logits head
+    # blocks of `burst_block_layers` layers in order, a shorter last block, then the logits head; one
+    # shortest-path run per distinct (layers, block size) pair
     layers = col["layers"].astype(np.int64)
     per = np.clip(col["burst_block_layers"], 1, None).astype(np.int64)
-    stages = []
-    if n and np.all(per == per[0]) and np.all(layers == layers[0]):
-        full, rem = int(layers[0] // per[0]), int(layers[0] % per[0])
-        stages.append((per[:, None] * t_layer, per[:, None] * b_layer, full))
-        if rem:
-            stages.append((rem * t_layer, rem * b_layer, 1))
-        stages.append((t_head, b_head, 1))
-        step_b, busy_b, minw, path = shortest_schedule(stages, trans, widths, gpus_w, record=record)
-    else:  # rows with different layer counts or block sizes: one row at a time
-        step_b, busy_b, minw = (np.empty(n) for _ in range(3))
-        path = None
-        for i in range(n):
-            full, rem = int(layers[i] // per[i]), int(layers[i] % per[i])
-            st = [(per[i] * t_layer[i:i + 1], per[i] * b_layer[i:i + 1], full)]
-            if rem:
-                st.append((rem * t_layer[i:i + 1], rem * b_layer[i:i + 1], 1))
-            st.append((t_head[i:i + 1], b_head[i:i + 1], 1))
-            s_i, b_i, m_i, _ = shortest_schedule(st, trans[i:i + 1], widths[i:i + 1], gpus_w[i:i + 1])
-            step_b[i], busy_b[i], minw[i] = s_i[0], b_i[0], m_i[0]
+    step_b, busy_b, minw = np.full(n, np.inf), np.full(n, np.nan), np.full(n, np.nan)
+    path = None
+    pairs, group = np.unique(np.stack([layers, per], axis=1), axis=0, return_inverse=True)
+    for g, (n_layers, size) in enumerate(pairs):
+        sel = np.flatnonzero(group.reshape(-1) == g)
+        full, rem = int(n_layers // size), int(n_layers % size)
+        tl, bl = t_layer[sel], b_layer[sel]
+        stages = [(size * tl, size * bl, full)] + ([(rem * tl, rem * bl, 1)] if rem else [])
+        stages.append((t_head[sel], b_head[sel], 1))
+        s_g, b_g, m_g, path_g = shortest_schedule(stages, trans[sel], widths[sel], gpus_w[sel], record=record)
+        step_b[sel], busy_b[sel], minw[sel] = s_g, b_g, m_g
+        if record and len(pairs) == 1:
+            path = path_g
     # memory: the narrowest width used holds the largest optimizer/gradient shards (ZeRO over w)
     pick = np.argmax(widths == minw[:, None], axis=1)
     rows = np.arange(n)
