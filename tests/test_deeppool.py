@@ -13,6 +13,7 @@ import cosearch
 from cosearch.errors import CosearchError
 from cosearch.model import burst
 from cosearch.model.collectives import Fabric
+from cosearch.model.columns import INPUT_COLUMNS
 from cosearch.model.evaluate import burst_schedule, evaluate, evaluate_scalar
 from cosearch.scenario import load_scenario, scenario_columns
 from cosearch.search.space import parse_space
@@ -187,13 +188,16 @@ def test_study_maximizes_total_throughput_exactly():
     assert best(res.study)["value"] == pytest.approx(expect, rel=1e-12)
 
 
+INPUT_DEFAULTS = {k: v for k, v in INPUT_COLUMNS.items() if v is not None}
+
+
 def test_mixed_batch_equals_rows_one_by_one():
     """Rows of different models and block sizes in one call give each row's own schedule."""
     scs = [{"model": m, "training": {"global_batch": 512}, "cluster": {"gpu": "a100-80gb", "gpus": 128, "network_gbps": 25},
             "plan": {"burst": True, "burst_block_layers": b, "burst_amplification": 1.3, "multiplex": True}}
            for m in ("gpt3-1.3b", "llama3-8b") for b in (1, 5)] + [{**SC, "plan": {"multiplex": True, "burst": False}}]
-    cols = [scenario_columns(load_scenario(s)) for s in scs]
-    batch = evaluate({k: np.array([c[k] for c in cols]) for k in cols[0]})
+    cols = [{**INPUT_DEFAULTS, **scenario_columns(load_scenario(s))} for s in scs]
+    batch = evaluate({k: np.array([c[k] for c in cols], dtype=float) for k in cols[0]})
     for i, c in enumerate(cols):
         one = evaluate(c)
         for key in ("step_time_s", "memory_gib", "idle_gpu_s", "total_tokens_per_s", "burst_min_dp"):
