@@ -24,7 +24,7 @@ import numpy as np
 
 from .estimate import estimate
 from .model import evaluate
-from .model.columns import CATEGORICAL_CODES
+from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
 from .model.profile import DEFAULT_PROFILE, Profile
 from .scenario import Scenario, load_scenario, scenario_columns
 
@@ -271,7 +271,7 @@ def rank_changes(sc: Scenario, profile: Profile = DEFAULT_PROFILE, changes: list
     keys = sorted({k for u in per_change for k in u})
     cols: dict[str, Any] = dict(base)
     for k in keys:
-        cols[k] = np.array([u.get(k, base[k]) for u in per_change], dtype=float)
+        cols[k] = np.array([u.get(k, base.get(k, INPUT_COLUMNS[k])) for u in per_change], dtype=float)
     if not keys:
         return []
     out = evaluate(cols, profile)
