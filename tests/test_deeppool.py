@@ -215,3 +215,19 @@ def test_explain_offers_burst_and_its_step_reestimates():
     assert e["step_time_s"] >= x["estimate"]["step_time_s"]
     r = cosearch.estimate(changed_scenario(load_scenario(sc), e["updates"]))
     assert r["step_time_s"] == pytest.approx(e["step_time_s"], rel=1e-12)
+
+
+def test_sliced_evaluation_keeps_the_deeppool_columns(monkeypatch):
+    """A large input evaluated in slices: a slice whose rows all lack burst/multiplex still reports the
+    DeepPool columns of the rows that have them (the same values as unsliced)."""
+    ev = sys.modules["cosearch.model.evaluate"]  # the module (cosearch.model.evaluate is also a function)
+    cols = {**INPUT_DEFAULTS, **_cols(multiplex=True)}
+    n = 40
+    batch = {k: np.full(n, v, dtype=float) for k, v in cols.items()}
+    batch["multiplex"] = np.where(np.arange(n) < 30, np.nan, 1.0)  # the first slices have none
+    whole = evaluate(batch)
+    monkeypatch.setattr(ev, "CHUNK_ROWS", 8)
+    sliced = evaluate(batch)
+    for key in ("total_tokens_per_s", "background_tokens_per_s", "idle_gpu_s", "step_time_s"):
+        np.testing.assert_array_equal(sliced[key], whole[key])
+    assert (whole["background_tokens_per_s"][:30] == 0).all() and (whole["background_tokens_per_s"][30:] > 0).all()

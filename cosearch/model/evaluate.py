@@ -71,9 +71,10 @@ def _evaluate_chunked(c: dict[str, np.ndarray], profile: Profile, n: int) -> dic
     """:func:`_evaluate` over ``CHUNK_ROWS``-row slices written into whole-length outputs."""
     keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
     out: dict[str, np.ndarray] = {}
+    deeppool = _deeppool_present(c)  # decided once, so that every slice has the same output columns
     for start in range(0, n, CHUNK_ROWS):
         stop = min(start + CHUNK_ROWS, n)
-        part = _evaluate({k: v[start:stop] for k, v in c.items()}, profile)
+        part = _evaluate({k: v[start:stop] for k, v in c.items()}, profile, deeppool=deeppool)
         if not out:
             out = {k: np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
         for k, v in part.items():
@@ -112,7 +113,12 @@ def burst_schedule(columns: Mapping[str, object], profile: Profile = DEFAULT_PRO
     return [float(widths.reshape(-1)[i]) for i in np.asarray(path).reshape(-1)]
 
 
-def _evaluate(c: dict[str, np.ndarray], p: Profile, record: bool = False) -> dict[str, np.ndarray]:
+def _deeppool_present(c: Mapping[str, object]) -> bool:
+    """True when burst or multiplex columns carry a value (absent: NaN): DeepPool metrics are computed."""
+    return not (ops.all(ops.isnan(c["burst"])) and ops.all(ops.isnan(c["multiplex"])))
+
+
+def _evaluate(c: dict[str, np.ndarray], p: Profile, record: bool = False, deeppool: bool | None = None) -> dict[str, np.ndarray]:
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
     B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
@@ -334,7 +340,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, record: bool = False) -> dic
     fits = (memory_bytes <= usable) & expansion_ok
 
     # --- hook: DeepPool burst parallelism and multiplexing (cosearch.model.burst); columns absent: no work
-    deeppool = not (ops.all(ops.isnan(c["burst"])) and ops.all(ops.isnan(c["multiplex"])))
+    deeppool = _deeppool_present(c) if deeppool is None else deeppool
     if deeppool:
         busy_gpu_s = m * (c_f + c_b + c_r) * gpus
         uniform_step, min_dp = step, dp
