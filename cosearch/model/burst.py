@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import collectives as coll
+from .memory import GIB
 
 #: Data-parallel widths tried per block: dp, dp/2, ..., dp/2**(BURST_WIDTHS-1) (integers only; down to
 #: one replica for dp <= 1024).
@@ -215,7 +216,7 @@ def _burst_step(c, fabric, step_s, memory_bytes, fits, head_s, layer_params, par
     # memory: the narrowest width used holds the largest optimizer/gradient shards (ZeRO over w)
     pick = np.argmax(widths == minw[:, None], axis=1)
     rows = np.arange(n)
-    mem_b = r["memory_gib"][rows, pick] * (1024.0 ** 3)
+    mem_b = r["memory_gib"][rows, pick] * GIB
     fits_b = r["fits"][rows, pick]
     step_new = np.array(np.broadcast_to(np.atleast_1d(np.asarray(step_s, dtype=float)), (n_all,)))
     mem_new = np.array(np.broadcast_to(np.atleast_1d(np.asarray(memory_bytes, dtype=float)), (n_all,)))
