@@ -35,6 +35,35 @@ def _band(value: float | None, ends: dict[str, float | None], step: float | None
     return [value * ends["low"] / step, value * ends["high"] / step]
 
 
+def _deeppool(sc: Scenario, cols: dict, out: dict, profile: Profile) -> dict[str, Any]:
+    """Burst schedule (runs of blocks on one data-parallel width, then the head) and multiplexing."""
+    from .model.evaluate import burst_schedule
+
+    pl = sc.plan
+    runs: list[dict[str, Any]] = []
+    if pl.burst:
+        widths = burst_schedule(cols, profile)
+        first = 1
+        for i, w in enumerate(widths):
+            head = i == len(widths) - 1
+            last = sc.model.layers if i == len(widths) - 2 else min(first + pl.burst_block_layers - 1, sc.model.layers)
+            if not head and runs and runs[-1]["dp"] == w and "layers" in runs[-1]:
+                runs[-1]["layers"][1] = last
+            else:
+                runs.append({"head": "logits", "dp": int(w)} if head else {"layers": [first, last], "dp": int(w)})
+            first = last + 1
+    uniform = _num(out["uniform_step_time_s"])
+    step = _num(out["step_time_s"])
+    return {
+        "burst": bool(pl.burst), "multiplex": bool(pl.multiplex), "schedule": runs,
+        "uniform_step_time_s": uniform, "burst_speedup": uniform / step if uniform and step else None,
+        "burst_min_dp": _num(out["burst_min_dp"]), "idle_gpu_s": _num(out["idle_gpu_s"]),
+        "background_tokens_per_s": _num(out["background_tokens_per_s"]),
+        "total_tokens_per_s": _num(out["total_tokens_per_s"]),
+        "interference": pl.multiplex_interference,
+    }
+
+
 def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range: Any = None) -> dict[str, Any]:
     """Predict step time, throughput, memory and cost of one scenario (path, dict or Scenario).
 
@@ -96,6 +125,8 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
                       ("cost_to_train", "cost_to_train_interval_usd")):
         unit = band.rsplit("_", 1)[1]
         result[f"{key}_low_{unit}"], result[f"{key}_high_{unit}"] = result[band] or (None, None)
+    if "total_tokens_per_s" in out:  # hook: DeepPool burst parallelism / multiplexing (cosearch.model.burst)
+        result["deeppool"] = _deeppool(sc, cols, out, profile or DEFAULT_PROFILE)
     result["warnings"] = []
     if calibrated_range is not None:
         from .calibration import range_warnings

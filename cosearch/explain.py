@@ -24,7 +24,7 @@ import numpy as np
 
 from .estimate import estimate
 from .model import evaluate
-from .model.columns import CATEGORICAL_CODES
+from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
 from .model.profile import DEFAULT_PROFILE, Profile
 from .scenario import Scenario, load_scenario, scenario_columns
 
@@ -160,6 +160,8 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
                           "plan", {"plan.sequence_parallel": not pl.sequence_parallel}))
     if not pl.overlap_grad_reduce:
         out.append(Change("overlap_grad_reduce false -> true", "plan", {"plan.overlap_grad_reduce": True}))
+    if pl.pp == 1 and not pl.burst:  # DeepPool burst parallelism (cosearch.model.burst)
+        out.append(Change("burst false -> true", "plan", {"plan.burst": True}))
     if pl.tp > 1 and not pl.tp_comm_overlap:
         out.append(Change("tp_comm_overlap false -> true", "plan", {"plan.tp_comm_overlap": True}))
     # Move a factor between two mesh dimensions; the GPU count stays the same.
@@ -269,7 +271,7 @@ def rank_changes(sc: Scenario, profile: Profile = DEFAULT_PROFILE, changes: list
     keys = sorted({k for u in per_change for k in u})
     cols: dict[str, Any] = dict(base)
     for k in keys:
-        cols[k] = np.array([u.get(k, base[k]) for u in per_change], dtype=float)
+        cols[k] = np.array([u.get(k, base.get(k, INPUT_COLUMNS[k])) for u in per_change], dtype=float)
     if not keys:
         return []
     out = evaluate(cols, profile)

@@ -16,6 +16,7 @@ from . import _files, hardware, hf
 from .cloud.provision import CloudSpec, derived_cluster
 from ._numbers import Bool, Float, Int, ZeroStage, allowed_range
 from .errors import CosearchError
+from .model.burst import DEFAULT_INTERFERENCE
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
 from .presets import ARCH_FIELDS, preset
 
@@ -113,6 +114,18 @@ class PlanSpec(_Strict):
     # heterogeneous inventories (cosearch.model.hetero): how the types combine, and how many of each the plan uses
     hetero: Literal["pipeline", "data"] = Field("pipeline", description="inventory only: stages (pipeline) or replicas (data) per type")
     gpus_by_type: Optional[dict[str, GpuCount]] = Field(None, description="inventory only: GPUs used per type; default all")
+    # DeepPool (cosearch.model.burst): left out, the feature is absent and its metrics are not computed
+    burst: Optional[Bool] = Field(None, description="burst parallelism: each block of layers on its own "
+                                  "data-parallel width at the fixed global batch (DeepPool, MLSys'22); needs pp = 1")
+    burst_block_layers: Int = Field(1, gt=0, le=100_000, description="layers per burst block (1: per layer, as DeepPool)")
+    burst_amplification: Optional[Float] = Field(None, ge=1, le=1e6, description="DeepPool's amplification limit: "
+                                                 "a block's GPU time at most this many times that on its narrowest width "
+                                                 "(2.0 in DeepPool's planner); default: no limit, the fastest step")
+    multiplex: Optional[Bool] = Field(None, description="run a low-priority background job in the idle GPU time")
+    multiplex_interference: Float = Field(DEFAULT_INTERFERENCE, ge=0, le=1, description="share of the idle GPU time "
+                                          "the background job loses (assumed default; docs/deeppool.md)")
+    background_tokens_per_gpu_s: Optional[Float] = Field(None, gt=0, le=1e12, description="the background job's "
+                                                         "standalone tokens/s per GPU; default: this model's compute rate")
 
 
 class Scenario(_Strict):

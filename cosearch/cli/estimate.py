@@ -103,6 +103,24 @@ def by_type_table(r: dict) -> Table:
     return t
 
 
+def deeppool_rows(r: dict) -> list[tuple[str, str]]:
+    """(label, text) rows of an estimate's DeepPool section (burst schedule, idle time, background job)."""
+    d = r.get("deeppool")
+    if not d:
+        return []
+    rows = []
+    if d["burst"]:
+        runs = ", ".join(f"layers {x['layers'][0]}-{x['layers'][1]} dp={x['dp']}" if "layers" in x else f"head dp={x['dp']}"
+                         for x in d["schedule"])
+        rows.append(("burst schedule", f"{runs or 'none fits'}  (uniform dp={r['dp']}: {_fmt(d['uniform_step_time_s'], '.4g')} s, "
+                     f"burst {_fmt(d['burst_speedup'], '.3g')}x; breakdowns are of the uniform plan)"))
+    rows.append(("idle GPU time", f"{_fmt(d['idle_gpu_s'], '.4g')} GPU-s per step ({_fmt(100 * r['idle_share'], '.1f')} %)"))
+    if d["multiplex"]:
+        rows.append(("background job", f"{_fmt(d['background_tokens_per_s'], ',.0f')} tokens/s (interference "
+                     f"{_fmt(d['interference'], '.2f')}); cluster total {_fmt(d['total_tokens_per_s'], ',.0f')} tokens/s"))
+    return rows
+
+
 def render(r: dict, console: Console) -> None:
     """Readable breakdown tables of an estimate."""
     sc = r["scenario"]
@@ -130,6 +148,8 @@ def render(r: dict, console: Console) -> None:
         head.add_row("time to accuracy", f"{_fmt(r['time_to_accuracy_days'], ',.1f')} days "
                      f"({_fmt(r['steps_to_target'], ',.0f')} steps, statistical efficiency {_fmt(r['statistical_efficiency'], '.2f')})")
         head.add_row("cost to accuracy", f"${_fmt(r['cost_to_accuracy_usd'], ',.0f')}")
+    for label, text in deeppool_rows(r):
+        head.add_row(label, text)
     cloud = r.get("cloud")
     if cloud:
         head.add_row("rented", f"{cloud['instances']} x {cloud['provider']}/{cloud['instance']} ({cloud['pricing']}, "

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ._console import console
 from ..explain import explain
-from .estimate import band_text, cluster_text, load_profile, plan_text
+from .estimate import band_text, cluster_text, deeppool_rows, load_profile, plan_text
 
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 _BAR_WIDTH = 32
@@ -78,6 +78,8 @@ def render(x: dict, console: Console) -> None:
         + (f"   {r['time_to_train_days']:,.1f} days, ${r['cost_to_train_usd']:,.0f} to train" if r["time_to_train_days"] else "")
     )
 
+    for label, text in deeppool_rows(r):  # DeepPool burst / multiplexing (cosearch.model.burst)
+        console.print(f"{label}: {text}")
     t = Table(title="where the step time goes", title_justify="left", title_style="bold")
     t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")
     t.add_column("", min_width=_BAR_WIDTH, no_wrap=True)

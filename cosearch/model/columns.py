@@ -9,6 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .burst import DEFAULT_INTERFERENCE
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
 
@@ -56,6 +57,13 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations
     "tp_collective": 0.0,        # collective algorithm codes (collectives.COLLECTIVE_CODES), 0 = nccl
     "dp_collective": 0.0,
+    # DeepPool (cosearch.model.burst); NaN: the feature is absent and costs nothing
+    "burst": np.nan,                 # 1: per-block data-parallel widths (burst parallelism)
+    "burst_block_layers": 1.0,       # layers per burst block
+    "burst_amplification": np.nan,   # DeepPool's amplification limit on a block's GPU time; NaN: none
+    "multiplex": np.nan,             # 1: a background job runs in the idle GPU time
+    "multiplex_interference": DEFAULT_INTERFERENCE,  # share of the idle time the background job loses
+    "background_tokens_per_gpu_s": np.nan,  # its standalone rate; NaN: this model's compute rate on one GPU
 }
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from .._malloc import keep_heap
 from . import _ops as ops
+from . import burst as dpool
 from . import collectives as coll
 from . import communication as comm
 from . import compute as kern
@@ -70,9 +71,10 @@ def _evaluate_chunked(c: dict[str, np.ndarray], profile: Profile, n: int) -> dic
     """:func:`_evaluate` over ``CHUNK_ROWS``-row slices written into whole-length outputs."""
     keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
     out: dict[str, np.ndarray] = {}
+    deeppool = _deeppool_present(c)  # decided once, so that every slice has the same output columns
     for start in range(0, n, CHUNK_ROWS):
         stop = min(start + CHUNK_ROWS, n)
-        part = _evaluate({k: v[start:stop] for k, v in c.items()}, profile)
+        part = _evaluate({k: v[start:stop] for k, v in c.items()}, profile, deeppool=deeppool)
         if not out:
             out = {k: np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
         for k, v in part.items():
@@ -108,7 +110,25 @@ def evaluate_parts(columns: Mapping[str, object], profile: Profile = DEFAULT_PRO
         return _evaluate(c, profile, parts), parts
 
 
-def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None) -> dict[str, np.ndarray]:
+def burst_schedule(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> list[float]:
+    """Data-parallel width of every burst stage (each block of ``burst_block_layers`` layers, then the
+    logits head) of ONE configuration with ``burst: 1``; [] when no schedule exists."""
+    c = broadcast_columns(columns)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        sched = _evaluate(c, profile, record=True).get("burst_schedule")
+    if sched is None:
+        return []
+    widths, path = sched
+    return [float(widths.reshape(-1)[i]) for i in np.asarray(path).reshape(-1)]
+
+
+def _deeppool_present(c: Mapping[str, object]) -> bool:
+    """True when burst or multiplex columns carry a value (absent: NaN): DeepPool metrics are computed."""
+    return not (ops.all(ops.isnan(c["burst"])) and ops.all(ops.isnan(c["multiplex"])))
+
+
+def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, record: bool = False,
+              deeppool: bool | None = None) -> dict[str, np.ndarray]:
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
     B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
@@ -329,6 +349,17 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None) -
     expansion_ok = xp.tier_fits(expansion_used, c["expansion_gib"], c["expansion_pooled"], c["gpus_per_node"])
     fits = (memory_bytes <= usable) & expansion_ok
 
+    # --- hook: DeepPool burst parallelism and multiplexing (cosearch.model.burst); columns absent: no work
+    deeppool = _deeppool_present(c) if deeppool is None else deeppool
+    if deeppool:
+        busy_gpu_s = m * (c_f + c_b + c_r) * gpus
+        uniform_step, min_dp = step, dp
+        if ops.any(c["burst"] == 1.0):
+            step, memory_bytes, fits, burst_busy, min_dp, schedule = dpool.burst_step(
+                c, fabric, step, memory_bytes, fits, m * (logits_f + logits_b), layer_params_loc, params_stage,
+                lambda cols: _evaluate(cols, p), record=record)
+            busy_gpu_s = ops.where(ops.isnan(burst_busy), busy_gpu_s, burst_busy)
+
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
     model_flops = fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step
@@ -411,4 +442,16 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None) -
             logits_bytes=logits_buf, opt_group=opt_group, hbm_Bps=hbm_Bps, grad_bytes=grad_bytes, hide_b_s=hide_b,
             optimizer_s=optimizer, usable_bytes=usable, model_flops=model_flops,
             hardware_flops=model_flops + recompute_fwd_flops)
+    if deeppool:
+        idle_gpu_s = gpus * step - busy_gpu_s
+        # default background job: this model's own work at its compute rate on one GPU (DeepPool's
+        # background jobs are single-GPU runs of the same networks)
+        rate = ops.where(ops.isnan(c["background_tokens_per_gpu_s"]), tokens_step / (m * (c_f + c_b + c_r) * gpus),
+                         c["background_tokens_per_gpu_s"])
+        bg = ops.where(c["multiplex"] == 1.0,
+                       dpool.background_tokens_per_s(idle_gpu_s, step, rate, c["multiplex_interference"]), 0.0)
+        out.update(uniform_step_time_s=uniform_step, burst_min_dp=min_dp, idle_share=idle_gpu_s / (gpus * step),
+                   idle_gpu_s=idle_gpu_s, background_tokens_per_s=bg, total_tokens_per_s=tokens_per_s + bg)
+        if record and ops.any(c["burst"] == 1.0):
+            out["burst_schedule"] = schedule
     return out

@@ -79,6 +79,8 @@ RULES: tuple[Rule, ...] = (
          "plan.offload needs a memory expansion tier: set cluster.expansion_gbps > 0 (and expansion_gib)"),
     Rule("plan.tp_collective", lambda c: ops.isin(c["tp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
     Rule("plan.dp_collective", lambda c: ops.isin(c["dp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
+    Rule("plan.burst", lambda c: (c["burst"] != 1.0) | (c["pp"] == 1),
+         "burst parallelism varies the data-parallel width per block and needs pp = 1 (got pp {pp:.0f})"),
     Rule("cluster.oversubscription", lambda c: c["oversubscription"] >= 1.0,
          "oversubscription must be >= 1 (1 = full bisection), got {oversubscription:g}"),
 )
