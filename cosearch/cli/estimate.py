@@ -88,6 +88,7 @@ def render(r: dict, console: Console) -> None:
     console.print(
         f"[bold]{cl['gpus']} x {cl['gpu']}[/]  tp={pl['tp']} pp={pl['pp']} dp={r['dp']} cp={pl['cp']} "
         f"mb={pl['microbatch']} v={pl['interleave']} recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
+        + (f" schedule={pl['schedule']}" if pl.get("schedule") else "")
     )
     head = Table(show_header=False, box=None)
     head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s" + band_text(r, "step_time_interval_s", ".3g", " s"))

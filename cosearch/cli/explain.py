@@ -73,6 +73,7 @@ def render(x: dict, console: Console) -> None:
     console.print(
         f"[bold]{cl['gpus']} x {cl['gpu']}[/]  tp={pl['tp']} pp={pl['pp']} dp={r['dp']} cp={pl['cp']} "
         f"mb={pl['microbatch']} v={pl['interleave']} recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
+        + (f" schedule={pl['schedule']}" if pl.get("schedule") else "")
     )
     console.print(
         f"step {r['step_time_s']:.4g} s{band_text(r, 'step_time_interval_s', '.3g', ' s')}   "

@@ -11,6 +11,7 @@ import numpy as np
 
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
+from .schedules import SCHEDULE_CODES
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
@@ -23,6 +24,7 @@ ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2}
 CATEGORICAL_CODES: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
     "offload": OFFLOAD_CODES, "tp_collective": COLLECTIVE_CODES, "dp_collective": COLLECTIVE_CODES,
+    "schedule": SCHEDULE_CODES,
 }
 
 #: Input columns and their defaults (None: required).
@@ -56,6 +58,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations
     "tp_collective": 0.0,        # collective algorithm codes (collectives.COLLECTIVE_CODES), 0 = nccl
     "dp_collective": 0.0,
+    "schedule": np.nan,          # pipeline schedule code (schedules.SCHEDULE_CODES); NaN: 1F1B, interleaved when v > 1
 }
 
 
