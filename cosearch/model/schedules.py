@@ -13,7 +13,8 @@ Bubbles (idle time per step on a rank):
                       (e.g. 6.2B, p=16, m=48: 0.0697 vs 0.0823; 28.3B, m=96: 0.0593 vs 0.0629)
   DualPipe            (p/2-1) * (F&B + B_full - 3W)  DeepSeek-V3 Table 2 / deepseek-ai/DualPipe README,
                       B_full = B + W the full backward, F&B = F + B_full: the overlapped chunk pair
-                      hides communication, not compute (the two chunks share the SMs)
+                      hides communication, not compute (the two chunks share the SMs); the model keeps
+                      that communication in the slot (a conservative F&B)
 
 Activations in flight on the peak rank, in units of M_B (one micro-batch of a stage's activations):
 1F1B and ZB-H1 p (ZB-H1 worker i holds (p-i+1) M_B + (i-1) M_W, Qi et al. sec. 2.3), ZB-V p on every
