@@ -283,19 +283,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     stored_last = n_last * act_layer
     w2, g2, o2 = mem.model_state_bytes(params_last, zero, opt_group, fp8)
     logits_first, logits_last = ops.where(pp > 1, 0.0, logits_buf), logits_buf
-    if split_bwd:  # in-flight micro-batches per schedule; ZB-H1's deferred W passes (cosearch.model.schedules)
-        inflight, _ = sch.inflight_microbatches(sched, pp, m)
-        balanced = (sched == sch.ZB_V) | (sched == sch.DUALPIPE)
-        stored_bal = n_stage * inflight * act_layer
+    if split_bwd:  # in-flight micro-batches, ZB-H1's deferred W passes, where the loss sits (schedules.py)
         m_w = sch.wgrad_activation_bytes(s_loc, mb, h_rep, h / tp, kv_loc, f / tp, gated, fp8)
-        stored_first = ops.where(balanced, stored_bal, stored_first)
-        stored_last = ops.where(balanced, stored_bal,
-                                n_last * (act_layer + sch.deferred_wgrads(sched, pp, m, pp - 1.0) * m_w))
-        mid_zb = (sched == sch.ZB_H1) & use_mid  # rank 1 of an uneven split: (p-1) M_B + 1 M_W
-        stored_first = stored_first + ops.where(mid_zb, n_stage * sch.deferred_wgrads(sched, pp, m, 1.0) * m_w, 0.0)
-        # the loss sits on rank 0 under ZB-V (chunk 2p-1) and on both end ranks under DualPipe
-        logits_first = ops.where(balanced, logits_buf, logits_first)
-        logits_last = ops.where(sched == sch.ZB_V, 0.0, logits_last)
+        stored_first, stored_last, logits_first, logits_last = sch.rank_activation_bytes(
+            sched, pp, m, n_stage, n_last, act_layer, m_w, stored_first, use_mid, logits_first, logits_last)
     if any_offload:
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers
         tier_first = ops.where(off_opt, o1, 0.0) + ops.where(off_w, w1 + g1, 0.0) + ops.where(off_act, stored_first, 0.0)

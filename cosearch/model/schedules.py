@@ -118,6 +118,25 @@ def inflight_microbatches(schedule, pp, num_microbatches):
     return first, last
 
 
+def rank_activation_bytes(schedule, pp, num_microbatches, n_stage, n_last, act_layer, wgrad_layer, stored_first,
+                          first_is_rank1, logits_first, logits_last):
+    """(first-rank, last-rank) stored activations and logits bytes under the schedule, from the 1F1B
+    values: ZB-V and DualPipe hold their in-flight count on every rank (``n_stage`` layers, an upper
+    bound), ZB-H1 adds its deferred W passes (M_W = ``wgrad_layer`` per layer) on the last rank and on
+    rank 1 when an uneven split makes it the peak (``first_is_rank1``); the loss sits on rank 0
+    under ZB-V (chunk 2p-1) and on both end ranks under DualPipe."""
+    inflight, _ = inflight_microbatches(schedule, pp, num_microbatches)
+    balanced = (schedule == ZB_V) | (schedule == DUALPIPE)
+    stored_bal = n_stage * inflight * act_layer
+    rank1_w = ops.where((schedule == ZB_H1) & first_is_rank1,
+                        n_stage * deferred_wgrads(schedule, pp, num_microbatches, 1.0) * wgrad_layer, 0.0)
+    first = ops.where(balanced, stored_bal, stored_first + rank1_w)
+    last = ops.where(balanced, stored_bal,
+                     n_last * (act_layer + deferred_wgrads(schedule, pp, num_microbatches, pp - 1.0) * wgrad_layer))
+    return (first, last, ops.where(balanced, logits_last, logits_first),
+            ops.where(schedule == ZB_V, 0.0, logits_last))
+
+
 def deferred_wgrads(schedule, pp, num_microbatches, rank):
     """Micro-batches whose W is still pending (holding M_W) on pipeline rank ``rank`` (0-based) at its
     peak under ZB-H1: worker i = rank+1 holds (i-1) M_W (Qi et al. sec. 2.3); none for other schedules."""
