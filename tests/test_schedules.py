@@ -284,3 +284,11 @@ def test_zb_h1_speedup_against_qi2024_table4():
     for r in sorted(rows, key=lambda r: r["m"]):
         by_model.setdefault(r["model"], []).append(r["model_ratio"])
     assert all(v == sorted(v, reverse=True) for v in by_model.values())  # the gain shrinks as m grows
+
+
+def test_unknown_schedule_in_a_space_names_the_field():
+    with pytest.raises(CosearchError) as err:
+        parse_space({"model": "gpt3-175b", "training": {"global_batch": 1536},
+                     "cluster": {"gpu": "h100-sxm", "gpus": 1024},
+                     "plan": {"tp": 8, "pp": 16, "schedule": ["1f1b", "zb-h3"]}, "objectives": ["step_time_s"]})
+    assert err.value.field == "plan.schedule" and "zb-h3" in err.value.message
