@@ -25,6 +25,7 @@ import numpy as np
 from .estimate import estimate
 from .model import evaluate
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
+from .model.schedules import SCHEDULE_INTERLEAVE, schedule_name
 from .model.profile import DEFAULT_PROFILE, Profile
 from .scenario import Scenario, load_scenario, scenario_columns
 
@@ -148,7 +149,12 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
     for mb in _divisors_near(pl.microbatch):
         out.append(Change(f"microbatch {pl.microbatch} -> {mb}", "plan", {"plan.microbatch": mb}))
     for v in sorted({1, 2, 3, 4, 6, 8, pl.interleave * 2, max(1, pl.interleave // 2)} - {pl.interleave}):
-        out.append(Change(f"interleave {pl.interleave} -> {v}", "plan", {"plan.interleave": v}))
+        upd: dict[str, Any] = {"plan.interleave": v}
+        if pl.schedule in ("1f1b", "interleaved"):  # an explicit 1F1B-family schedule follows v
+            upd["plan.schedule"] = "interleaved" if v > 1 else "1f1b"
+        out.append(Change(f"interleave {pl.interleave} -> {v}", "plan", upd))
+    if pl.pp > 1:
+        out += schedule_changes(pl)
     for rc in CATEGORICAL_CODES["recompute"]:
         if rc != pl.recompute:
             out.append(Change(f"recompute {pl.recompute} -> {rc}", "plan", {"plan.recompute": rc}))
@@ -196,6 +202,23 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
                 for mb in (pl.microbatch * 2, pl.microbatch * 4):
                     out.append(Change(f"{label}, microbatch {pl.microbatch} -> {mb}", "hardware",
                                       {f"cluster.{key}": val, "plan.microbatch": mb}))
+    return out
+
+
+def schedule_changes(pl: Any) -> list[Change]:
+    """The other pipeline schedules, each with the interleave it runs (zb-v 2 chunks, interleaved v or 2)."""
+    cur = schedule_name(pl.schedule, pl.interleave)
+    out = []
+    for name, chunks in SCHEDULE_INTERLEAVE.items():
+        if name == cur:
+            continue
+        v = chunks if chunks is not None else (pl.interleave if pl.interleave > 1 else 2)
+        upd: dict[str, Any] = {"plan.schedule": name}
+        label = f"schedule {cur} -> {name}"
+        if v != pl.interleave:
+            upd["plan.interleave"] = v
+            label += f", interleave {pl.interleave} -> {v}"
+        out.append(Change(label, "plan", upd))
     return out
 
 

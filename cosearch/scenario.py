@@ -126,6 +126,9 @@ class PlanSpec(_Strict):
                                           "the background job loses (assumed default; docs/deeppool.md)")
     background_tokens_per_gpu_s: Optional[Float] = Field(None, gt=0, le=1e12, description="the background job's "
                                                          "standalone tokens/s per GPU; default: this model's compute rate")
+    schedule: Optional[Literal["1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe"]] = Field(
+        None, description="pipeline schedule (cosearch.model.schedules); default 1f1b, or interleaved when "
+        "interleave > 1; zb-v needs interleave 2, dualpipe an even pp and >= 2*pp micro-batches")
 
 
 class Scenario(_Strict):
@@ -279,5 +282,6 @@ def scenario_columns(sc: Scenario) -> dict[str, float]:
     cols["gpus"] = cl.gpus
     cols["dp"] = pl.dp if pl.dp is not None else cl.gpus / (pl.tp * pl.pp * pl.cp)
     cols["zero_group"] = pl.zero_group if pl.zero_group is not None else np.nan
+    cols["schedule"] = CATEGORICAL_CODES["schedule"][pl.schedule] if pl.schedule is not None else np.nan
     cols.update(hardware_values(cl, sc.training.precision))
     return {k: float(v) for k, v in cols.items()}

@@ -89,7 +89,8 @@ def cluster_text(r: dict, cl: dict) -> str:
 def plan_text(r: dict, pl: dict) -> str:
     pp = "+".join(str(v) for v in r["pp_by_type"].values() if v) if r.get("hetero") == "pipeline" else pl["pp"]
     return (f"tp={pl['tp']} pp={pp} dp={r['dp']} cp={pl['cp']} mb={pl['microbatch']} v={pl['interleave']} "
-            f"recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}")
+            f"recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
+            + (f" schedule={pl['schedule']}" if pl.get("schedule") else ""))
 
 
 def by_type_table(r: dict) -> Table:

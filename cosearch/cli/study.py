@@ -199,8 +199,8 @@ def _warn_outside_range(study: Any, front: Any, calibrated: Any) -> None:
 
 
 _SCENARIO_COLS = ("model", "cloud.instance", "cloud.pricing", "cluster.gpu", "cluster.network_gbps", "cluster.nvlink_gbps", "cluster.hbm_gib",
-                  "plan.tp", "plan.pp", "plan.dp", "plan.cp", "plan.microbatch", "plan.interleave", "plan.recompute",
-                  "plan.sequence_parallel", "plan.zero", "training.global_batch", "training.precision")
+                  "plan.tp", "plan.pp", "plan.dp", "plan.cp", "plan.microbatch", "plan.interleave", "plan.schedule",
+                  "plan.recompute", "plan.sequence_parallel", "plan.zero", "training.global_batch", "training.precision")
 
 
 #: Scenario columns of an inventory (several GPU types): how they combine, what there is, what the plan uses.
@@ -249,7 +249,7 @@ def print_front(out: Console, front: Any, objectives: Sequence[str], rows: int) 
         cols.insert(band_at, "band")
     for c in cols + varying:
         name = f"{band_of} 80 % band" if c == "band" else _column_name(c)
-        t.add_column(name, justify="right" if c not in ("model", "cluster.gpu", "plan.recompute",
+        t.add_column(name, justify="right" if c not in ("model", "cluster.gpu", "plan.recompute", "plan.schedule",
                                                         "cloud.instance", "cloud.pricing") else "left")
     for _, r in front.head(rows).iterrows():
         t.add_row(*[(_band(r, band_of) or "-") if c == "band" else _fmt(r.get(c)) for c in cols + varying])

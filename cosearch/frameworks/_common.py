@@ -57,6 +57,17 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
             "gpus_per_node": min(gpn, cl.gpus)}
 
 
+def megatron_core_schedule(sc: Scenario, framework: str) -> None:
+    """Refuse pipeline schedules Megatron-Core cannot run: its ``get_forward_backward_func``
+    (megatron/core/pipeline_parallel/schedules.py) picks no pipelining, 1F1B or interleaved 1F1B."""
+    pl = sc.plan
+    if pl.pp > 1 and pl.schedule in ("zb-h1", "zb-v", "dualpipe"):
+        where = {"dualpipe": "DeepSeek's own trainer (deepseek-ai/DualPipe)"}.get(
+            pl.schedule, "the sail-sg/zero-bubble-pipeline-parallelism fork")
+        raise refuse("plan.schedule", f"{pl.schedule}: {framework}'s pipeline schedules (Megatron-Core "
+                     f"schedules.py) are 1F1B and interleaved 1F1B only; {pl.schedule} runs in {where}")
+
+
 def hybrid(sc: Scenario, dp: int) -> int | None:
     """Sharding-group size when the plan shards over a subgroup of dp (hybrid sharding), else None."""
     g = sc.plan.zero_group

@@ -35,7 +35,8 @@ plan.overlap_grad_reduce       ``--overlap-grad-reduce``
 plan.tp_comm_overlap           ``--tp-comm-overlap``
 =============================  ===========================================================
 
-Refused: offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
+Refused: pipeline schedules zb-h1, zb-v and dualpipe (Megatron-Core runs 1F1B and interleaved 1F1B),
+offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
 the Triton attention kernel, zero 2/3 with pipeline parallelism (Megatron FSDP has no pipeline).
 The world size is torchrun's, not Megatron's: :func:`parse_args` takes the cluster separately
 (or reads ``--nproc-per-node`` / ``--nnodes`` of a ``torchrun`` prefix).
@@ -47,7 +48,7 @@ from typing import Any, Mapping
 
 from ..errors import CosearchError
 from ..scenario import Scenario, parse_scenario
-from ._common import hybrid, layout, refuse
+from ._common import hybrid, layout, megatron_core_schedule, refuse
 
 VERSION = "Megatron-LM core_r0.14.0"
 
@@ -58,6 +59,7 @@ def flags(sc: Scenario) -> list[str]:
     """The Megatron-LM arguments of ``sc`` as a token list."""
     lay = layout(sc, "Megatron-LM")
     m, t, pl = sc.model, sc.training, sc.plan
+    megatron_core_schedule(sc, "Megatron-LM")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: this export maps no Megatron-LM offload flag; use 'none'")
     if t.attention == "triton":

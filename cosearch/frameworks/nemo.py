@@ -46,7 +46,7 @@ matches (normalization, positional embedding are not cosearch fields).
 from __future__ import annotations
 
 from ..scenario import Scenario
-from ._common import hybrid, layout, refuse, train_steps
+from ._common import hybrid, layout, megatron_core_schedule, refuse, train_steps
 
 VERSION = "NeMo 2 (NeMo Framework 25.04)"
 
@@ -54,6 +54,7 @@ VERSION = "NeMo 2 (NeMo Framework 25.04)"
 def overrides(sc: Scenario) -> list[str]:
     lay = layout(sc, "NeMo")
     m, t, pl = sc.model, sc.training, sc.plan
+    megatron_core_schedule(sc, "NeMo (Megatron-Core)")
     if pl.zero >= 2:
         raise refuse("plan.zero", f"zero {pl.zero}: this NeMo export maps only the distributed optimizer (zero 1)")
     if hybrid(sc, lay["dp"]) is not None:

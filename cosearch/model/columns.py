@@ -12,6 +12,7 @@ import numpy as np
 from .burst import DEFAULT_INTERFERENCE
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
+from .schedules import SCHEDULE_CODES
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
@@ -24,6 +25,7 @@ ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2}
 CATEGORICAL_CODES: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
     "offload": OFFLOAD_CODES, "tp_collective": COLLECTIVE_CODES, "dp_collective": COLLECTIVE_CODES,
+    "schedule": SCHEDULE_CODES,
 }
 
 #: Input columns and their defaults (None: required).
@@ -64,6 +66,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "multiplex": np.nan,             # 1: a background job runs in the idle GPU time
     "multiplex_interference": DEFAULT_INTERFERENCE,  # share of the idle time the background job loses
     "background_tokens_per_gpu_s": np.nan,  # its standalone rate; NaN: this model's compute rate on one GPU
+    "schedule": np.nan,          # pipeline schedule code (schedules.SCHEDULE_CODES); NaN: 1F1B, interleaved when v > 1
 }
 
 

@@ -28,6 +28,7 @@ from . import compute as kern
 from . import expansion as xp
 from . import flops as fl
 from . import memory as mem
+from . import schedules as sch
 from .columns import broadcast_columns, scalar_columns
 from .feasibility import valid_mask
 from .pipeline import bubble_slots, num_microbatches
@@ -226,6 +227,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     params_first = n_first * layer_params_loc + emb_loc + ops.where(pp > 1, 0.0, (1.0 - tied) * emb_loc)
     params_last = n_last * layer_params_loc + emb_loc
     params_mid = n_stage * layer_params_loc  # a full rank between them
+    # pipeline schedule (cosearch.model.schedules): NaN/1f1b/interleaved rows keep the 1F1B code path
+    sched = c["schedule"]
+    split_bwd = sch.uses_split_backward(sched)
+    if split_bwd:  # ZB-V's V-shape and DualPipe's two copies change what each rank holds
+        params_first, params_last, params_mid = sch.rank_params(sched, pp, tied, params_first, params_last, params_mid,
+                                                                emb_loc)
     params_stage = ops.maximum(ops.maximum(params_first, params_last), ops.where(pp > 2, params_mid, 0.0))
 
     # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
@@ -267,7 +274,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     else:
         offload_mb = offload_b = 0.0
     slot = work_f + work_b + pp_mb + fsdp_mb + offload_mb
-    bubble = bubble_slots(pp, v) * slot
+    if split_bwd:
+        bubble = sch.bubble_time_s(sched, pp, v, slot, work_f, sch.weight_grad_time_s(n_stage, gemm_f, logit_gemm))
+    else:
+        bubble = bubble_slots(pp, v) * slot
 
     # --- data-parallel gradient reduction (once per step) ----------------------------------------
     grad_bytes = params_stage * mem.GRAD_BYTES
@@ -299,7 +309,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     else:
         offload_end = 0.0
 
-    step = (m + bubble_slots(pp, v)) * slot + dp_exposed + optimizer + offload_end
+    step = (m * slot + bubble if split_bwd else (m + bubble_slots(pp, v)) * slot) + dp_exposed + optimizer + offload_end
 
     # --- memory -----------------------------------------------------------------------------------
     working = ops.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
@@ -323,6 +333,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     stored_first = ops.where(use_mid, stored_mid, stored_first)
     stored_last = n_last * act_layer
     w2, g2, o2 = mem.model_state_bytes(params_last, zero, opt_group, fp8)
+    logits_first, logits_last = ops.where(pp > 1, 0.0, logits_buf), logits_buf
+    if split_bwd:  # in-flight micro-batches, ZB-H1's deferred W passes, where the loss sits (schedules.py)
+        m_w = sch.wgrad_activation_bytes(s_loc, mb, h_rep, h / tp, kv_loc, f / tp, gated, fp8)
+        stored_first, stored_last, logits_first, logits_last = sch.rank_activation_bytes(
+            sched, pp, m, n_stage, n_last, act_layer, m_w, stored_first, use_mid, logits_first, logits_last)
     if any_offload:
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers
         tier_first = ops.where(off_opt, o1, 0.0) + ops.where(off_w, w1 + g1, 0.0) + ops.where(off_act, stored_first, 0.0)
@@ -339,8 +354,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         stored_last = ops.where(off_act, ops.minimum(stored_last, act_buf), stored_last)
     else:
         expansion_used = ops.zeros_like(B)
-    act_first = stored_first + working + ops.where(pp > 1, 0.0, logits_buf)
-    act_last = stored_last + working + logits_buf
+    act_first = stored_first + working + logits_first
+    act_last = stored_last + working + logits_last
     tot_first = w1 + g1 + o1 + act_first + z3_buffers
     tot_last = w2 + g2 + o2 + act_last + z3_buffers
     first_max = tot_first >= tot_last

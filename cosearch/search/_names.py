@@ -43,7 +43,7 @@ _SIZE_KEYS = ("gpus", "dp")  # derived below from gpus / nodes / dp
 STRUCTURAL = {
     "model", "training.global_batch", "training.attention", "training.precision", "cluster.gpu", "cluster.gpus",
     "cluster.nodes", "cluster.gpus_per_node", "plan.tp", "plan.pp", "plan.cp", "plan.dp", "plan.microbatch",
-    "plan.interleave", "plan.zero_group", "cloud.instance", "cloud.instances",
+    "plan.interleave", "plan.zero_group", "plan.schedule", "cloud.instance", "cloud.instances",
 } | {f"model.{k}" for k in ARCH_FIELDS}
 #: Largest structural sub-product enumerated for pruning.
 PRUNE_LIMIT = 1 << 21
