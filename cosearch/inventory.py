@@ -98,6 +98,11 @@ def _first_error(sc: "Scenario", args: dict[str, Any]) -> CosearchError:
         return CosearchError("plan.zero", "ZeRO-3/FSDP across GPU types is not modelled (allowed with an inventory: 0, 1, 2)")
     if mixed and pl.offload != "none":
         return CosearchError("plan.offload", "offload with several GPU types is not modelled (allowed: none)")
+    if mixed and pl.schedule not in (None, "1f1b", "interleaved"):
+        return CosearchError("plan.schedule", f"{pl.schedule} across GPU types is not modelled (allowed with an inventory: 1f1b, interleaved)")
+    if mixed and (pl.burst or pl.multiplex):
+        return CosearchError("plan.burst" if pl.burst else "plan.multiplex",
+                             "DeepPool burst/multiplexing across GPU types is not modelled (allowed: false)")
     if mixed and not data and pl.interleave != 1:
         return CosearchError("plan.interleave", "the pipeline of several GPU types runs 1F1B (allowed: 1)")
     replicas = sum(use) / group if data else (pl.dp or 1)

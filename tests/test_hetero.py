@@ -178,6 +178,10 @@ def test_search_finds_the_enumerated_optimum(tmp_path):
     ({"gpu": "h100-sxm", "gpus": 8}, {"gpus_by_type": {"h100-sxm": 8}}, "plan.gpus_by_type"),
     ({}, {}, "cluster.gpu"),
     ({"inventory": {"h100-sxm": 8, "a100-80gb": 8}}, {"tp": 8}, "training.precision"),  # fp8: A100 has none
+    # the mixed compositions run 1F1B/interleaved and no DeepPool: other knobs are refused, not ignored
+    ({"inventory": {"h100-sxm": 8, "a100-80gb": 8}}, {"pp": 2, "schedule": "zb-h1"}, "plan.schedule"),
+    ({"inventory": {"h100-sxm": 8, "a100-80gb": 8}}, {"hetero": "data", "burst": True}, "plan.burst"),
+    ({"inventory": {"h100-sxm": 8, "a100-80gb": 8}}, {"multiplex": True}, "plan.multiplex"),
 ])
 def test_bad_inventory_is_one_line_naming_the_field(cluster, plan, field):
     training = {**BASE["training"], "precision": "fp8"} if field == "training.precision" else BASE["training"]
@@ -234,3 +238,17 @@ def test_cli_run_pareto_best_report_explain_on_an_inventory(tmp_path, capsys):
     assert "inventory" in capsys.readouterr().out  # the header names the inventory and the GPUs in use
     assert main(["report", "--study", "inv", *store, "--out", str(tmp_path / "r.html")]) == 0
     assert (tmp_path / "r.html").stat().st_size > 0
+
+
+def test_mixed_rows_with_unmodelled_schedule_or_burst_are_invalid():
+    """Vectorized guard (search spaces): a zero-bubble/DualPipe schedule or DeepPool knob on a row that
+    mixes types is flagged invalid, 1F1B/interleaved and absent knobs are not."""
+    from cosearch.model.hetero import composable
+    from cosearch.model.schedules import SCHEDULE_CODES
+
+    nan = np.nan
+    sched = np.array([nan, SCHEDULE_CODES["1f1b"], SCHEDULE_CODES["interleaved"], SCHEDULE_CODES["zb-h1"],
+                      SCHEDULE_CODES["dualpipe"], nan, nan])
+    burst = np.array([nan, nan, nan, nan, nan, 1.0, 0.0])
+    ok = composable({"schedule": sched, "burst": burst, "multiplex": np.full(7, nan)})
+    assert ok.tolist() == [True, True, True, False, False, False, True]

@@ -36,6 +36,7 @@ from .interval import interval_factors
 from .pipeline import bubble_slots
 from .profile import DEFAULT_PROFILE, Profile
 from .split import balanced_split
+from .schedules import SCHEDULE_CODES
 from .statistical import statistical_efficiency, steps_to_target, tokens_to_target
 
 HETERO_CODES = {"pipeline": 0, "data": 1}
@@ -58,6 +59,17 @@ def _fabric_min(fabrics, used):
                        low("oversubscription", np.fmax, -np.inf), low("leaf_gpus"))
 
 
+def composable(sh) -> np.ndarray:
+    """Rows whose plan the mixed-type compositions model: a 1F1B or interleaved schedule (zero-bubble and
+    DualPipe are not composed across types) and no DeepPool burst or background job."""
+    sched = np.asarray(sh.get("schedule", np.nan), dtype=float)
+    ok = np.isnan(sched) | (sched <= SCHEDULE_CODES["interleaved"])
+    for key in ("burst", "multiplex"):
+        v = np.asarray(sh.get(key, np.nan), dtype=float)
+        ok = ok & (np.isnan(v) | (v == 0.0))
+    return ok
+
+
 def _pipeline(sh, hws, use, p: Profile):
     """Pipeline stages on different types: metrics of rows that use two or more types."""
     K, n = len(hws), len(sh["layers"])
@@ -69,7 +81,7 @@ def _pipeline(sh, hws, use, p: Profile):
     res = [evaluate_parts({**sh, **hw, "pp": P, "interleave": 1.0, "gpus": gpus_total}) for hw in hws]
     outs, parts = [r[0] for r in res], [r[1] for r in res]
     used = [q > 0 for q in pp_t]
-    valid = np.all([o["valid"] | ~u for o, u in zip(outs, used)], axis=0) & (sh["interleave"] == 1)
+    valid = np.all([o["valid"] | ~u for o, u in zip(outs, used)], axis=0) & (sh["interleave"] == 1) & composable(sh)
     for q in pp_t:
         valid &= (q >= 0) & (q == np.floor(q))
     q0 = parts[0]
@@ -175,7 +187,7 @@ def _data(sh, hws, use, p: Profile):
     gpus = tp * pp * cp * D
     res = [evaluate_parts({**sh, **hw, "dp": D, "gpus": gpus, "global_batch": D * mb * m_call}) for hw in hws]
     outs, parts = [r[0] for r in res], [r[1] for r in res]
-    valid = np.all([o["valid"] | ~u for o, u in zip(outs, used)], axis=0) & (M == np.floor(M)) & (M >= D)
+    valid = np.all([o["valid"] | ~u for o, u in zip(outs, used)], axis=0) & (M == np.floor(M)) & (M >= D) & composable(sh)
     for q in dp_t:
         valid &= (q >= 0) & (q == np.floor(q))
     slot = np.array([np.broadcast_to(q["slot_s"], (n,)) for q in parts])
