@@ -67,13 +67,13 @@ def test_activation_memory_matches_korthikanti_table2():
     # Korthikanti et al. 2022, eq. 1-2: sbh(34 + 5as/h) per layer; with TP t and SP: sbh(34/t + 5as/(ht)).
     s, b, h, a = 2048, 1, 12288, 96
     for t, sp in ((1, 0), (8, 0), (8, 1)):
-        got, none = mem.layer_activation_bytes(s, s, b, h, a, h, 4 * h, 0, t, sp, 0, 1)
+        got, none = mem.layer_activation_bytes(s, s, b, h, a, h / t, 4 * h, 0, t, sp, 0, 1)  # K width per TP rank
         if sp or t == 1:
             want = s * b * h * (34 / t + 5 * a * s / (h * t))
         else:
             want = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
         assert got == pytest.approx(want) and none == got
-    full, _ = mem.layer_activation_bytes(s, s, b, h, a, h, 4 * h, 0, 8, 1, 2, 1)
+    full, _ = mem.layer_activation_bytes(s, s, b, h, a, h / 8, 4 * h, 0, 8, 1, 2, 1)
     assert full == pytest.approx(2 * s * b * h / 8)
 
 

@@ -49,7 +49,7 @@ def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, 
     """Activation bytes one layer keeps for one micro-batch on one GPU, for each recompute mode.
 
     ``recompute``: 0 none, 1 selective, 2 full; ``attention``: 0 flash, 1 standard, 2 triton flash;
-    ``sp``, ``dropout``, ``fp8``: 0/1. Returns (kept under ``recompute``, kept with no recompute).
+    ``kv_width``: K (or V) width per tensor-parallel rank; ``sp``, ``dropout``, ``fp8``: 0/1. Returns (kept under ``recompute``, kept with no recompute).
     """
     sbh = seq_local * micro * hidden
     sbf = seq_local * micro * ffn
@@ -57,7 +57,8 @@ def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, 
     norm_out = 2.0 - fp8                                  # bytes per value of the saved QKV / MLP inputs
     replicated = (4.0 + 2.0 * norm_out + 2.0 * (dropout > 0)) * sbh / rep_div
     mlp = (2.0 + 2.0 * gated) * sbf / tp + (2.0 - fp8) * sbf / tp
-    split = (2.0 * seq_local * micro * (hidden + 2.0 * kv_width) + (2.0 + fp8) * sbh) / tp + mlp
+    # Q is split over the TP ranks; ``kv_width`` is already the per-rank K (or V) width
+    split = 2.0 * seq_local * micro * (hidden / tp + 2.0 * kv_width) + (2.0 + fp8) * sbh / tp + mlp
     standard = attention == 1
     scores = standard * (2.0 + 3.0 * (dropout > 0)) * heads * seq_local * seq_full * micro / tp
     none = replicated + split + scores
