@@ -57,6 +57,10 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "tp_collective": 0.0,        # collective algorithm codes (collectives.COLLECTIVE_CODES), 0 = nccl
     "dp_collective": 0.0,
 }
+# --- issue 13: mixture-of-experts and MLA columns (cosearch.model.moe); defaults = a dense model ---
+from .moe import MOE_INPUT_COLUMNS  # noqa: E402
+
+INPUT_COLUMNS.update(MOE_INPUT_COLUMNS)
 
 
 def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
