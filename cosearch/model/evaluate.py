@@ -202,10 +202,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     z3 = (zero >= 3) & (zg > 1)
     if ext is not None:  # FSDP + EP: routed-expert weights are gathered over the expert-data-parallel group
         experts_stage = ops.maximum(ops.maximum(ext.experts_first, ext.experts_last), ops.where(pp > 2, ext.experts_mid, 0.0))
-        gather = gather + ops.where((zero >= 3) & (ext.edp > 1), coll.collective_s(
+        gather = gather + ops.where((zero >= 3) & (ext.edp > 1) & (experts_stage > 0), coll.collective_s(
             "all_gather", c["dp_collective"], experts_stage * kern.BYTES_16BIT, ext.edp, ext.edp_stride, fabric,
             calls=n_stage), 0.0)
-        z3 = (zero >= 3) & ((zg > 1) | (ext.edp > 1))
+        z3 = (zero >= 3) & ((zg > 1) | ((ext.edp > 1) & (experts_stage > 0)))
     c_f = n_stage * layer_f + logits_f
     c_b = n_stage * layer_b + logits_b
     c_r = n_stage * layer_r
@@ -251,7 +251,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     dp_bytes = ops.where(z3, grad_bytes / zg, grad_bytes)
     dp_total = ops.where(rep > 1, coll.collective_s("all_reduce", c["dp_collective"], dp_bytes, rep, rep_stride, fabric), 0.0)
     if ext is not None:  # routed-expert gradients: reduced over the expert-data-parallel group (FSDP: reduce-scattered per micro-batch)
-        dp_total = dp_total + ops.where((ext.edp > 1) & (zero < 3), coll.collective_s(
+        dp_total = dp_total + ops.where((ext.edp > 1) & (zero < 3) & (experts_stage > 0), coll.collective_s(
             "all_reduce", c["dp_collective"], experts_stage * mem.GRAD_BYTES, ext.edp, ext.edp_stride, fabric), 0.0)
     # hidden behind the last micro-batch's backward (as long as its tier transfers make it), in the
     # time FSDP traffic leaves free
