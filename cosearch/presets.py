@@ -14,7 +14,7 @@ ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "gated_mlp
 #: (mha | gqa | mla) becomes the 0/1 column ``mla``; the others are columns of the same name.
 MOE_ARCH_FIELDS = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "dense_layers",
                    "dense_ffn_hidden", "attention", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                   "qk_nope_head_dim", "v_head_dim", "head_dim")
+                   "qk_nope_head_dim", "v_head_dim", "head_dim", "routed_nodes_limit")
 
 
 @lru_cache(maxsize=1)

@@ -59,6 +59,8 @@ class ModelSpec(_Strict):
     qk_nope_head_dim: Optional[Int] = Field(None, gt=0, le=1 << 16, description="MLA non-RoPE query/key head dim")
     v_head_dim: Optional[Int] = Field(None, gt=0, le=1 << 16, description="MLA value head dim")
     head_dim: Optional[Int] = Field(None, gt=0, le=1 << 16, description="attention head width; default hidden / heads")
+    routed_nodes_limit: Optional[Int] = Field(None, gt=0, le=1 << 20, description="most nodes a token is routed to "
+                                              "(DeepSeek-V3 node-limited routing: 4); takes effect with plan.moe_dispatcher: deepep")
 
     @model_validator(mode="after")
     def _defaults(self) -> "ModelSpec":
@@ -131,6 +133,9 @@ class PlanSpec(_Strict):
                                              "(tokens over it are dropped); default none = dropless")
     moe_a2a_overlap: Float = Field(0.0, ge=0.0, le=1.0, description="fraction of a MoE layer's compute that hides its "
                                    "all-to-all (0: none; 1: DeepEP / 1F1B A2A overlap as far as compute lasts)")
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="alltoall: Megatron-Core's all-to-all (every token copy sent); deepep: one network "
+        "send per destination node, NVLink forwarding there (DeepEP, DeepSeek-V3 sec. 3.2.2)")
 
 
 class Scenario(_Strict):
@@ -230,7 +235,7 @@ def parse_scenario(data: Any) -> Scenario:
 def _check_moe(m: ModelSpec) -> None:
     """Consistency of the MoE / attention fields (issue 13), one-line errors naming the field."""
     if m.experts == 0:
-        for key in ("top_k", "expert_ffn_hidden", "shared_ffn_hidden"):
+        for key in ("top_k", "expert_ffn_hidden", "shared_ffn_hidden", "routed_nodes_limit"):
             if getattr(m, key) is not None:
                 raise CosearchError(f"model.{key}", "needs model.experts > 0 (a mixture-of-experts model)")
         if m.shared_experts or m.dense_layers:

@@ -116,6 +116,20 @@ def test_all_to_all_across_nodes_by_hand():
     assert out["time_ep_comm_s"] > 4 * run(_tiny(8))["time_ep_comm_s"]  # 2,048 B at 42.5 GB/s vs 3,584 at 351 GB/s
 
 
+def test_deepep_sends_each_token_once_per_remote_node_by_hand():
+    """DeepEP dispatch, ep 16 over 2 nodes, top_k 2: a token reaches the other node with probability
+    1 - (1/2)^2 = 0.75 and then crosses the network once (1024 values, 2,048 B): 1,536 B per token over
+    the NIC instead of 2,048; inside the node the copies are forwarded over NVLink, 7/8 of all
+    4,096 B = 3,584 B per token."""
+    nic = 1024 * 0.75 * 2048 / (400e9 / 8 * P.network_efficiency)
+    nvl = 1024 * 3584 / (450e9 * P.nvlink_efficiency)
+    t = max(nic, nvl) + P.network_latency_s
+    assert run(_tiny(16, moe_dispatcher="deepep"))["time_ep_comm_s"] == pytest.approx(2 * 4 * t, rel=1e-12)
+    limited = _tiny(16, moe_dispatcher="deepep")
+    limited["model"]["routed_nodes_limit"] = 1  # at most one node: no change with two nodes (0.75 < 1)
+    assert run(limited)["time_ep_comm_s"] == pytest.approx(2 * 4 * t, rel=1e-12)
+
+
 def test_fp8_dispatch_sends_one_byte_and_combines_in_bf16():
     """DeepSeek-V3 sec. 3.3.2: fp8 dispatch, bf16 combine -> forward bytes 1 + 2 instead of 2 + 2."""
     sc = _tiny(8)

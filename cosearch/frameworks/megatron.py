@@ -34,7 +34,8 @@ plan.zero_group (hybrid)       ``--num-distributed-optimizer-instances dp/zero_g
 plan.overlap_grad_reduce       ``--overlap-grad-reduce``
 plan.tp_comm_overlap           ``--tp-comm-overlap``
 model.experts / top_k          ``--num-experts`` ``--moe-router-topk`` ``--moe-grouped-gemm``
-                               ``--moe-token-dispatcher-type alltoall``
+                               ``--moe-token-dispatcher-type alltoall`` (plan.moe_dispatcher
+                               deepep: ``flex --moe-enable-deepep``)
 model.expert_ffn_hidden        ``--moe-ffn-hidden-size`` (``--ffn-hidden-size`` = dense_ffn_hidden)
 model.shared_experts           ``--moe-shared-expert-intermediate-size`` (shared_experts x width)
 model.dense_layers             ``--moe-layer-freq "([0]*d+[1]*(layers-d))"``
@@ -134,8 +135,12 @@ def _moe_flags(sc: Scenario) -> list[Any]:
     if pl.moe_a2a_overlap > 0:
         raise refuse("plan.moe_a2a_overlap", "all-to-all overlap is not mapped to a Megatron-LM flag here; "
                      "use 0 to export and set the release's overlap switches by hand")
-    out += ["--num-experts", m.experts, "--moe-router-topk", m.top_k, "--moe-grouped-gemm",
-            "--moe-token-dispatcher-type", "alltoall", "--moe-ffn-hidden-size", m.expert_ffn_hidden or m.ffn_hidden]
+    out += ["--num-experts", m.experts, "--moe-router-topk", m.top_k, "--moe-grouped-gemm"]
+    out += (["--moe-token-dispatcher-type", "alltoall"] if pl.moe_dispatcher == "alltoall"
+            else ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"])
+    # routed_nodes_limit is not exported: Megatron's --moe-router-num-groups / --moe-router-group-topk
+    # name expert groups (DeepSeek-V3: n_group 8, topk_group 4), which the model does not carry
+    out += ["--moe-ffn-hidden-size", m.expert_ffn_hidden or m.ffn_hidden]
     if m.shared_experts:
         out += ["--moe-shared-expert-intermediate-size",
                 m.shared_experts * (m.shared_ffn_hidden or m.expert_ffn_hidden or m.ffn_hidden)]

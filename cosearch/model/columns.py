@@ -58,9 +58,10 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "dp_collective": 0.0,
 }
 # --- issue 13: mixture-of-experts and MLA columns (cosearch.model.moe); defaults = a dense model ---
-from .moe import MOE_INPUT_COLUMNS  # noqa: E402
+from .moe import DISPATCHER_CODES, MOE_INPUT_COLUMNS  # noqa: E402
 
 INPUT_COLUMNS.update(MOE_INPUT_COLUMNS)
+CATEGORICAL_CODES["moe_dispatcher"] = DISPATCHER_CODES
 
 
 def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:

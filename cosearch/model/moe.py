@@ -30,7 +30,11 @@ Per micro-batch and MoE layer a GPU holding t tokens (t/tp under sequence parall
 t*top_k token copies of h values to the expert ranks and combines as many back (all-to-all, Lepikhin
 et al. 2021 GShard); a fraction (ep-1)/ep leaves the GPU, split between NVLink peers (EP ranks in its
 NVLink domain) and network peers. Backward repeats both; full recompute repeats the forward pair.
-Under fp8 the dispatch is sent in fp8 and the combine in bf16 (DeepSeek-V3, arXiv 2412.19437 sec.
+With ``plan.moe_dispatcher: deepep`` (DeepEP, the kernels of DeepSeek-V3 sec. 3.2.2) a token
+crosses the network once per destination node, not once per expert copy, and is forwarded to its
+experts' GPUs over NVLink there; a token reaches on average (n-1)*(1 - (1 - 1/n)^top_k) of the n-1
+other nodes of its EP group (uniform routing), at most ``routed_nodes_limit`` (DeepSeek-V3's
+node-limited routing, M = 4). Under fp8 the dispatch is sent in fp8 and the combine in bf16 (DeepSeek-V3, arXiv 2412.19437 sec.
 3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
 imbalance (max / mean tokens per EP rank), capped by the capacity factor when tokens are dropped.
 """
@@ -63,8 +67,10 @@ GROUPED_GEMM_RELATIVE = 0.988
 MOE_MODEL_COLUMNS = (
     "experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "dense_layers",
     "dense_ffn_hidden", "mla", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-    "v_head_dim", "head_dim",
+    "v_head_dim", "head_dim", "routed_nodes_limit",
 )
+#: Token dispatchers (``plan.moe_dispatcher``): Megatron-Core's all-to-all, or DeepEP's node-deduplicated one.
+DISPATCHER_CODES = {"alltoall": 0, "deepep": 1}
 MOE_INPUT_COLUMNS: dict[str, float] = {
     "experts": 0.0,             # routed experts per MoE layer; 0 = dense model
     "top_k": 0.0,               # experts per token
@@ -76,6 +82,8 @@ MOE_INPUT_COLUMNS: dict[str, float] = {
     "mla": 0.0,                 # 1: multi-head latent attention (model.attention: mla)
     "q_lora_rank": 0.0, "kv_lora_rank": 0.0, "qk_rope_head_dim": 0.0, "qk_nope_head_dim": 0.0, "v_head_dim": 0.0,
     "head_dim": np.nan,         # attention head width; NaN = hidden / heads
+    "routed_nodes_limit": 0.0,  # most nodes a token is routed to (DeepSeek-V3: 4); 0 = no limit
+    "moe_dispatcher": 0.0,      # DISPATCHER_CODES
     "ep": 1.0,                  # expert parallel size
     "etp": np.nan,              # expert tensor parallel size; NaN = tp (Megatron-Core's default)
     "capacity_factor": np.nan,  # expert capacity / mean load; NaN = dropless
@@ -146,13 +154,21 @@ def flops_per_token(c):
     return (3.0 * (2.0 * (act - emb_in + tied_out) + core), 3.0 * (2.0 * (total - emb_in + tied_out) + core))
 
 
-def a2a_s(message_bytes, ep, etp, fabric):
+def a2a_s(message_bytes, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.0):
     """All-to-all over the EP group (``ep`` ranks at stride ``etp``) of ``message_bytes`` per GPU
-    (all its token copies; 1/ep of them stay local). Peers inside the NVLink domain are reached over
-    NVLink, the others through the GPU's NIC, both at once (DeepEP: NVLink and RDMA in parallel)."""
+    (all its token copies, ``top_k`` per token; 1/ep of them stay local). Peers inside the NVLink
+    domain are reached over NVLink, the others through the GPU's NIC, both at once. ``deepep``: each
+    token crosses the network once per destination node and is forwarded over NVLink there."""
     g_in = ops.clip(fabric.domain / etp, 1.0, ep)           # EP ranks in one NVLink domain
     intra = message_bytes * (g_in - 1.0) / ep
     inter = message_bytes * (ep - g_in) / ep
+    if ops.any(deepep > 0):
+        n = ep / g_in                                        # NVLink domains the EP group spans
+        nodes = (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k)  # distinct other domains a token reaches
+        nodes = ops.where(nodes_limit > 0, ops.minimum(nodes, nodes_limit), nodes)
+        per_copy = message_bytes / ops.maximum(top_k, 1.0)
+        inter = ops.where(deepep > 0, per_copy * nodes, inter)
+        intra = ops.where(deepep > 0, message_bytes * (g_in - 1.0) / g_in, intra)
     nic = fabric.net_Bps * comm.spine_share(ep, etp, fabric.domain, fabric.leaf_gpus, fabric.oversubscription,
                                             all_to_all=True)
     lat = ops.where(ep * etp <= fabric.domain, fabric.nvl_lat_s, fabric.net_lat_s)
@@ -262,8 +278,9 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
 
     # --- all-to-all dispatch and combine ---------------------------------------------------------
     copies = tok_r * k * h * load
-    t_disp = a2a_s(copies * (kern.BYTES_16BIT - fp8), ep, etp, fabric)
-    t_comb = a2a_s(copies * kern.BYTES_16BIT, ep, etp, fabric)
+    dispatch = (k, c["moe_dispatcher"], c["routed_nodes_limit"])
+    t_disp = a2a_s(copies * (kern.BYTES_16BIT - fp8), ep, etp, fabric, *dispatch)
+    t_comb = a2a_s(copies * kern.BYTES_16BIT, ep, etp, fabric, *dispatch)
     a2a_fwd = t_disp + t_comb
     a2a_bwd = 2.0 * t_comb + ops.where(rc >= 2, a2a_fwd, 0.0)
     ov = c["moe_a2a_overlap"]
