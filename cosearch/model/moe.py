@@ -229,15 +229,19 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     kv_loc = d * ops.maximum(c["kv_heads"] / tp, 1.0)
 
     # --- attention: projections and the fused core ---------------------------------------------
-    gqa_f = (kern.gemm_time_s(tok, a * d / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
-             + kern.gemm_time_s(tok, h, a * d / tp, gemm_Fps, hbm_Bps, t0, in_B))
-    q_f = ops.where(ql > 0, kern.gemm_time_s(tok, ql, h, gemm_Fps, hbm_Bps, t0, in_B)
-                    + kern.gemm_time_s(tok, a * d_qk / tp, ql, gemm_Fps, hbm_Bps, t0, in_B),
-                    kern.gemm_time_s(tok, a * d_qk / tp, h, gemm_Fps, hbm_Bps, t0, in_B))
-    mla_f = (q_f + kern.gemm_time_s(tok, kvl + rope, h, gemm_Fps, hbm_Bps, t0, in_B)
-             + kern.gemm_time_s(tok, a * (nope + d_v) / tp, kvl, gemm_Fps, hbm_Bps, t0, in_B)
-             + kern.gemm_time_s(tok, h, a * d_v / tp, gemm_Fps, hbm_Bps, t0, in_B))
-    attn_gemm_f = ops.where(mla, mla_f, gqa_f)
+    any_mla, all_mla = ops.any(mla), ops.all(mla)  # compute only the attention kinds present
+    gqa_f = 0.0 if all_mla else (kern.gemm_time_s(tok, a * d / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
+                                 + kern.gemm_time_s(tok, h, a * d / tp, gemm_Fps, hbm_Bps, t0, in_B))
+    if any_mla:
+        q_f = ops.where(ql > 0, kern.gemm_time_s(tok, ql, h, gemm_Fps, hbm_Bps, t0, in_B)
+                        + kern.gemm_time_s(tok, a * d_qk / tp, ql, gemm_Fps, hbm_Bps, t0, in_B),
+                        kern.gemm_time_s(tok, a * d_qk / tp, h, gemm_Fps, hbm_Bps, t0, in_B))
+        mla_f = (q_f + kern.gemm_time_s(tok, kvl + rope, h, gemm_Fps, hbm_Bps, t0, in_B)
+                 + kern.gemm_time_s(tok, a * (nope + d_v) / tp, kvl, gemm_Fps, hbm_Bps, t0, in_B)
+                 + kern.gemm_time_s(tok, h, a * d_v / tp, gemm_Fps, hbm_Bps, t0, in_B))
+        attn_gemm_f = mla_f if all_mla else ops.where(mla, mla_f, gqa_f)
+    else:
+        attn_gemm_f = gqa_f
     attn_f = kern.flash_attention_time_s(mb, s_loc, s, (a / tp) * 0.5 * (d_qk + d_v), attn_Fps)
     attn_b = 2.5 * attn_f
     norms = tok * kern.BYTES_16BIT * 10.0 * h / rep_div / hbm_Bps   # norms, residual adds (compute.py)
@@ -262,9 +266,11 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     router_f = kern.gemm_time_s(tok_r, E, h, gemm_Fps, hbm_Bps, t0)
     # permute before dispatch and unpermute after combine: read + write every token copy, twice
     permute = 4.0 * tok_r * k * h * load * kern.BYTES_16BIT / hbm_Bps
-    moe_gemm_f = routed_f + router_f + mlp_f(fs)
+    moe_gemm_f = routed_f + router_f + (mlp_f(fs) if ops.any(fs > 0) else 0.0)
     moe_elem = norms + act_fn_s(m_act, fe_loc) + act_fn_s(tok, fs / tp) + permute
-    dense_gemm_f = mlp_f(fd)
+    # dense-MLP layers exist where a MoE model has leading dense layers or the model has no experts
+    any_dense = ops.any(c["dense_layers"] > 0) or not ops.all(moe)
+    dense_gemm_f = mlp_f(fd) if any_dense else 0.0
     dense_elem = norms + act_fn_s(tok, fd / tp)
     # fp8: Transformer Engine casts each GEMM input (read 2 B, write 1 + 1 B), forward and backward
     cast = fp8 * 4.0 * (tok * (2.0 * h + a * d_v / tp) + m_act * (h + fe_loc)) / hbm_Bps
