@@ -37,6 +37,13 @@ other nodes of its EP group (uniform routing), at most ``routed_nodes_limit`` (D
 node-limited routing, M = 4). Under fp8 the dispatch is sent in fp8 and the combine in bf16 (DeepSeek-V3, arXiv 2412.19437 sec.
 3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
 imbalance (max / mean tokens per EP rank), capped by the capacity factor when tokens are dropped.
+
+Approximations (stated): the expert-tensor-parallel all-gather / reduce-scatter of routed tokens is
+not charged apart from the dense model's two TP collectives per layer; the slowest pipeline stage is
+taken to hold MoE layers only (leading dense layers count only without pipelining), and activations
+per layer are those of the first stage's mix; alternating dense/MoE layers (Llama 4 Maverick) are
+modelled as leading ones; attention is the fused (flash) kernel; offloading to an expansion tier
+moves the dense states only.
 """
 from __future__ import annotations
 
