@@ -354,8 +354,10 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     params_mid = n_dense_mid * dense_loc + (n_stage - n_dense_mid) * moe_loc
     edp = tp * cp * dp / (ep * etp)
 
+    all_ext = ops.all(rows)
+
     def pick(ext_v, dense_v):
-        return ops.where(rows, ext_v, dense_v)
+        return ext_v if all_ext else ops.where(rows, ext_v, dense_v)
 
     return Terms(
         rows=rows, layer_f=pick(layer_f, dense_layer_f), layer_b=pick(layer_b, dense_layer_b),
