@@ -65,6 +65,13 @@ def test_deepseek_v3_parameters_by_hand():
     out = run({"model": "deepseek-v3", "training": {"global_batch": 64}, "cluster": {"gpu": "h800", "gpus": 8}})
     assert out["params"] == pytest.approx(total, rel=1e-12)       # 671.03e9 (published 671B)
     assert out["active_params"] == pytest.approx(active, rel=1e-12)  # 37.55e9 (published 37B)
+    # model FLOPs per token (MFU numerator): 3 x (2 x active weights less the input-embedding lookup
+    # + scores and values 2*s*heads*(d_qk + d_v) per layer = 2*4096*128*(192+128) = 335,544,320, x 61)
+    per_token = 3 * (2 * (active - emb // 2) + 61 * 2 * 4096 * 128 * (192 + 128))
+    flops = out["model_tflops_per_gpu"] * 1e12 * out["step_time_s"] * out["gpus"]
+    assert flops / (64 * 4096) == pytest.approx(per_token, rel=1e-12)   # 2.80e11 FLOPs per token
+    total_flops = out["total_param_tflops_per_gpu"] * 1e12 * out["step_time_s"] * out["gpus"]
+    assert total_flops / (64 * 4096) == pytest.approx(3 * (2 * (total - emb // 2) + 61 * 2 * 4096 * 128 * 320), rel=1e-12)
 
 
 def test_dense_model_with_moe_columns_is_unchanged():
