@@ -85,6 +85,10 @@ def test_dense_model_with_moe_columns_is_unchanged():
     alone = evaluate(a)
     for key in ("step_time_s", "memory_gib", "model_tflops_per_gpu", "params", "time_dp_comm_s"):
         assert both[key][0] == alone[key]
+        assert both[key][1] == evaluate(b)[key]
+    grid = evaluate({k: np.array([[a[k]], [b[k]]]) for k in a})  # 2-D: one pass, rows picked in place
+    for key in ("step_time_s", "memory_gib", "model_tflops_per_gpu", "params", "time_dp_comm_s"):
+        assert grid[key][0, 0] == both[key][0] and grid[key][1, 0] == both[key][1]
     assert both["time_ep_comm_s"][0] == 0.0 and both["time_ep_comm_s"][1] > 0.0
     assert both["active_params"][0] == both["params"][0]
 

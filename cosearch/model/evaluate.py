@@ -57,7 +57,18 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
     """
     c = broadcast_columns(columns)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return _evaluate(c, profile)
+        split = moe.split_rows(c)  # issue 13: dense and MoE/MLA rows of one batch evaluated apart
+        if split is None:
+            return _evaluate(c, profile)
+        parts = [(idx, _evaluate({k: v[idx] for k, v in c.items()}, profile)) for idx in split]
+        shape = np.shape(c["gpus"])
+        out = {}
+        for key, first in parts[0][1].items():
+            arr = np.empty(shape, dtype=np.result_type(first, parts[1][1][key]))
+            for idx, part in parts:
+                arr[idx] = part[key]
+            out[key] = arr
+        return out
 
 
 def evaluate_scalar(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:

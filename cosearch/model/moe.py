@@ -105,6 +105,19 @@ def active(c) -> bool:
             or not ops.all(ops.isnan(c["head_dim"])))
 
 
+def split_rows(c):
+    """(dense row indices, extended row indices) of a 1-D batch that holds both, else None: the
+    evaluator runs the two apart so that neither pays for the other's physics."""
+    gpus = c["gpus"]
+    if np.ndim(gpus) != 1 or gpus.size < 2 or not active(c):
+        return None
+    ext = (c["experts"] > 0) | (c["mla"] > 0) | ~np.isnan(c["head_dim"])
+    n_ext = int(np.count_nonzero(ext))
+    if n_ext == 0 or n_ext == ext.size:
+        return None
+    return np.flatnonzero(~ext), np.flatnonzero(ext)
+
+
 def widths(c):
     """Resolved widths: (f_expert, f_dense, f_shared_total, head_dim, d_qk, d_v)."""
     f, mla = c["ffn_hidden"], c["mla"] > 0
