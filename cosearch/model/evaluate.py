@@ -60,7 +60,7 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
         split = moe.split_rows(c)  # issue 13: dense and MoE/MLA rows of one batch evaluated apart
         if split is None:
             return _evaluate(c, profile)
-        parts = [(idx, _evaluate({k: v[idx] for k, v in c.items()}, profile)) for idx in split]
+        parts = [(idx, _evaluate({k: v[idx] if v.ndim else v for k, v in c.items()}, profile)) for idx in split]
         shape = np.shape(c["gpus"])
         out = {}
         for key, first in parts[0][1].items():

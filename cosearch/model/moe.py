@@ -111,7 +111,7 @@ def split_rows(c):
     gpus = c["gpus"]
     if np.ndim(gpus) != 1 or gpus.size < 2 or not active(c):
         return None
-    ext = (c["experts"] > 0) | (c["mla"] > 0) | ~np.isnan(c["head_dim"])
+    ext = np.broadcast_to((c["experts"] > 0) | (c["mla"] > 0) | ~np.isnan(c["head_dim"]), gpus.shape)
     n_ext = int(np.count_nonzero(ext))
     if n_ext == 0 or n_ext == ext.size:
         return None
