@@ -35,6 +35,35 @@ def _band(value: float | None, ends: dict[str, float | None], step: float | None
     return [value * ends["low"] / step, value * ends["high"] / step]
 
 
+def _deeppool(sc: Scenario, cols: dict, out: dict, profile: Profile) -> dict[str, Any]:
+    """Burst schedule (runs of blocks on one data-parallel width, then the head) and multiplexing."""
+    from .model.evaluate import burst_schedule
+
+    pl = sc.plan
+    runs: list[dict[str, Any]] = []
+    if pl.burst:
+        widths = burst_schedule(cols, profile)
+        first = 1
+        for i, w in enumerate(widths):
+            head = i == len(widths) - 1
+            last = sc.model.layers if i == len(widths) - 2 else min(first + pl.burst_block_layers - 1, sc.model.layers)
+            if not head and runs and runs[-1]["dp"] == w and "layers" in runs[-1]:
+                runs[-1]["layers"][1] = last
+            else:
+                runs.append({"head": "logits", "dp": int(w)} if head else {"layers": [first, last], "dp": int(w)})
+            first = last + 1
+    uniform = _num(out["uniform_step_time_s"])
+    step = _num(out["step_time_s"])
+    return {
+        "burst": bool(pl.burst), "multiplex": bool(pl.multiplex), "schedule": runs,
+        "uniform_step_time_s": uniform, "burst_speedup": uniform / step if uniform and step else None,
+        "burst_min_dp": _num(out["burst_min_dp"]), "idle_gpu_s": _num(out["idle_gpu_s"]),
+        "background_tokens_per_s": _num(out["background_tokens_per_s"]),
+        "total_tokens_per_s": _num(out["total_tokens_per_s"]),
+        "interference": pl.multiplex_interference,
+    }
+
+
 def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range: Any = None) -> dict[str, Any]:
     """Predict step time, throughput, memory and cost of one scenario (path, dict or Scenario).
 
@@ -49,10 +78,17 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     ``cloud`` holds the transient-server economics (docs/cloud.md).
     """
     sc: Scenario = load_scenario(scenario)
-    cols = scalar_columns(scenario_columns(sc))
-    out = evaluate_scalar_columns(cols, profile or DEFAULT_PROFILE)
-    if not out["valid"]:
-        check_scalar(cols)  # the first rule the plan breaks, as a one-line error
+    by_type: dict[str, Any] = {}
+    if sc.cluster.inventory is not None:  # hook: several GPU types (cosearch.inventory, cosearch.model.hetero)
+        from .inventory import inventory_outputs
+
+        out, by_type = inventory_outputs(sc, profile)
+        cols = {"dp": out["dp"]}
+    else:
+        cols = scalar_columns(scenario_columns(sc))
+        out = evaluate_scalar_columns(cols, profile or DEFAULT_PROFILE)
+        if not out["valid"]:
+            check_scalar(cols)  # the first rule the plan breaks, as a one-line error
     result: dict[str, Any] = {
         key: _num(out[key])
         for key in (
@@ -64,7 +100,8 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
             "active_params", "total_param_tflops_per_gpu",  # issue 13: MoE active vs total
         )
     }
-    result["gpus"] = sc.cluster.gpus
+    result["gpus"] = sc.cluster.gpus if not by_type else sum(by_type["gpus_by_type"].values())
+    result.update(by_type)
     result["dp"] = int(cols["dp"])
     result["breakdown_s"] = {k: _num(out[f"time_{k}_s"]) for k in BREAKDOWN_KEYS}
     result["memory_breakdown_gib"] = {k: _num(out[f"mem_{k}_gib"]) for k in MEMORY_KEYS}
@@ -89,14 +126,22 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
                       ("cost_to_train", "cost_to_train_interval_usd")):
         unit = band.rsplit("_", 1)[1]
         result[f"{key}_low_{unit}"], result[f"{key}_high_{unit}"] = result[band] or (None, None)
+    if "total_tokens_per_s" in out:  # hook: DeepPool burst parallelism / multiplexing (cosearch.model.burst)
+        result["deeppool"] = _deeppool(sc, cols, out, profile or DEFAULT_PROFILE)
     result["warnings"] = []
     if calibrated_range is not None:
         from .calibration import range_warnings
 
-        result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
-    assumed = hardware.efficiency_warning(sc.cluster.gpu)  # catalog efficiency not measured on this GPU
-    if assumed:
-        result["warnings"].append(assumed)
+        if by_type:  # each type in use, as one cluster of that type with the job's GPU count
+            stand_ins = [sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"gpu": g, "gpus": result["gpus"]})})
+                         for g, n in by_type["gpus_by_type"].items() if n]
+            result["warnings"] = list(dict.fromkeys(w for s in stand_ins for w in range_warnings(calibrated_range, s, result["params"])))
+        else:
+            result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
+    for gpu in sc.cluster.inventory or [sc.cluster.gpu]:
+        assumed = hardware.efficiency_warning(gpu)  # catalog efficiency not measured on this GPU
+        if assumed:
+            result["warnings"].append(assumed)
     from .notebook import Estimate  # a dict that renders as a table in Jupyter
 
     return Estimate(result)

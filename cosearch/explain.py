@@ -24,7 +24,8 @@ import numpy as np
 
 from .estimate import estimate
 from .model import evaluate
-from .model.columns import CATEGORICAL_CODES
+from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
+from .model.schedules import SCHEDULE_INTERLEAVE, schedule_name
 from .model.profile import DEFAULT_PROFILE, Profile
 from .scenario import Scenario, load_scenario, scenario_columns
 
@@ -148,7 +149,12 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
     for mb in _divisors_near(pl.microbatch):
         out.append(Change(f"microbatch {pl.microbatch} -> {mb}", "plan", {"plan.microbatch": mb}))
     for v in sorted({1, 2, 3, 4, 6, 8, pl.interleave * 2, max(1, pl.interleave // 2)} - {pl.interleave}):
-        out.append(Change(f"interleave {pl.interleave} -> {v}", "plan", {"plan.interleave": v}))
+        upd: dict[str, Any] = {"plan.interleave": v}
+        if pl.schedule in ("1f1b", "interleaved"):  # an explicit 1F1B-family schedule follows v
+            upd["plan.schedule"] = "interleaved" if v > 1 else "1f1b"
+        out.append(Change(f"interleave {pl.interleave} -> {v}", "plan", upd))
+    if pl.pp > 1:
+        out += schedule_changes(pl)
     for rc in CATEGORICAL_CODES["recompute"]:
         if rc != pl.recompute:
             out.append(Change(f"recompute {pl.recompute} -> {rc}", "plan", {"plan.recompute": rc}))
@@ -160,6 +166,8 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
                           "plan", {"plan.sequence_parallel": not pl.sequence_parallel}))
     if not pl.overlap_grad_reduce:
         out.append(Change("overlap_grad_reduce false -> true", "plan", {"plan.overlap_grad_reduce": True}))
+    if pl.pp == 1 and not pl.burst:  # DeepPool burst parallelism (cosearch.model.burst)
+        out.append(Change("burst false -> true", "plan", {"plan.burst": True}))
     if pl.tp > 1 and not pl.tp_comm_overlap:
         out.append(Change("tp_comm_overlap false -> true", "plan", {"plan.tp_comm_overlap": True}))
     # Move a factor between two mesh dimensions; the GPU count stays the same.
@@ -194,6 +202,23 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
                 for mb in (pl.microbatch * 2, pl.microbatch * 4):
                     out.append(Change(f"{label}, microbatch {pl.microbatch} -> {mb}", "hardware",
                                       {f"cluster.{key}": val, "plan.microbatch": mb}))
+    return out
+
+
+def schedule_changes(pl: Any) -> list[Change]:
+    """The other pipeline schedules, each with the interleave it runs (zb-v 2 chunks, interleaved v or 2)."""
+    cur = schedule_name(pl.schedule, pl.interleave)
+    out = []
+    for name, chunks in SCHEDULE_INTERLEAVE.items():
+        if name == cur:
+            continue
+        v = chunks if chunks is not None else (pl.interleave if pl.interleave > 1 else 2)
+        upd: dict[str, Any] = {"plan.schedule": name}
+        label = f"schedule {cur} -> {name}"
+        if v != pl.interleave:
+            upd["plan.interleave"] = v
+            label += f", interleave {pl.interleave} -> {v}"
+        out.append(Change(label, "plan", upd))
     return out
 
 
@@ -269,7 +294,7 @@ def rank_changes(sc: Scenario, profile: Profile = DEFAULT_PROFILE, changes: list
     keys = sorted({k for u in per_change for k in u})
     cols: dict[str, Any] = dict(base)
     for k in keys:
-        cols[k] = np.array([u.get(k, base[k]) for u in per_change], dtype=float)
+        cols[k] = np.array([u.get(k, base.get(k, INPUT_COLUMNS[k])) for u in per_change], dtype=float)
     if not keys:
         return []
     out = evaluate(cols, profile)
@@ -337,7 +362,12 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
     """
     sc = load_scenario(scenario)
     r = estimate(sc, profile)
-    cols = scenario_columns(sc)
+    if sc.cluster.inventory is not None:  # hook: several GPU types (cosearch.inventory)
+        from .inventory import inventory_link_columns
+
+        cols = inventory_link_columns(sc)
+    else:
+        cols = scenario_columns(sc)
     total = r["step_time_s"]
     time_parts = [
         {"part": k, "label": _label(k), "limiter": _limiter_of(k), "seconds": r["breakdown_s"][k] or 0.0,
@@ -350,9 +380,15 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
         for k in r["memory_breakdown_gib"]
     ]
     links = _links(cols)
-    candidates = neighbours(sc, cols)
     stats: dict[str, int] = {}
-    ranked = rank_changes(sc, profile or DEFAULT_PROFILE, candidates, stats)
+    if sc.cluster.inventory is not None:
+        from .inventory import rank_inventory_changes
+
+        ranked = rank_inventory_changes(sc, profile, stats)
+        candidates = [None] * stats["evaluated"]
+    else:
+        candidates = neighbours(sc, cols)
+        ranked = rank_changes(sc, profile or DEFAULT_PROFILE, candidates, stats)
     useful = [e for e in ranked if e["gain"] >= MIN_GAIN or not r["fits"]]
     alternatives = [_verified(sc, e, r, profile) for e in useful[:top]]
     plan_only = [e for e in useful if e["kind"] == "plan"]

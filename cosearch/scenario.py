@@ -7,7 +7,7 @@ vectorized model takes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, get_args
+from typing import Annotated, Any, Literal, Mapping, Optional, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -16,6 +16,7 @@ from . import _files, hardware, hf
 from .cloud.provision import CloudSpec, derived_cluster
 from ._numbers import Bool, Float, Int, ZeroStage, allowed_range
 from .errors import CosearchError
+from .model.burst import DEFAULT_INTERFERENCE
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
 from .model.moe import DEFAULT_LOAD_IMBALANCE
 from .presets import ARCH_FIELDS, moe_columns, preset
@@ -87,9 +88,14 @@ class TrainingSpec(_Strict):
                                       "rank's routed tokens over the mean (issue 13; default: Switch Transformer's capacity factor 1.25)")
 
 
+GpuCount = Annotated[Int, Field(ge=0, le=MAX_COUNT)]
+
+
 class ClusterSpec(_Strict):
-    gpu: str
-    gpus: Int = Field(gt=0, le=MAX_COUNT)
+    gpu: Optional[str] = None   # required unless ``inventory`` is given (parse_scenario checks the form)
+    gpus: Optional[Int] = Field(None, gt=0, le=MAX_COUNT)
+    inventory: Optional[dict[str, GpuCount]] = Field(
+        None, description="GPUs of several types, {catalog id: count}, instead of gpu/gpus (cosearch.inventory)")
     gpus_per_node: Optional[Int] = Field(None, gt=0, le=1 << 20)
     nvlink_domain: Optional[Int] = Field(None, gt=0, le=MAX_COUNT)
     hbm_gib: Optional[Float] = Field(None, gt=0, le=1e6, description="HBM per GPU: the datasheet 'GB' number as sold, read as GiB (within ~0.5 % for HBM stacks)")
@@ -126,6 +132,24 @@ class PlanSpec(_Strict):
         "none", description="what lives in the cluster's memory expansion tier")
     tp_collective: Literal["nccl", "ring", "tree", "hierarchical", "direct", "auto"] = "nccl"
     dp_collective: Literal["nccl", "ring", "tree", "hierarchical", "direct", "auto"] = "nccl"
+    # heterogeneous inventories (cosearch.model.hetero): how the types combine, and how many of each the plan uses
+    hetero: Literal["pipeline", "data"] = Field("pipeline", description="inventory only: stages (pipeline) or replicas (data) per type")
+    gpus_by_type: Optional[dict[str, GpuCount]] = Field(None, description="inventory only: GPUs used per type; default all")
+    # DeepPool (cosearch.model.burst): left out, the feature is absent and its metrics are not computed
+    burst: Optional[Bool] = Field(None, description="burst parallelism: each block of layers on its own "
+                                  "data-parallel width at the fixed global batch (DeepPool, MLSys'22); needs pp = 1")
+    burst_block_layers: Int = Field(1, gt=0, le=100_000, description="layers per burst block (1: per layer, as DeepPool)")
+    burst_amplification: Optional[Float] = Field(None, ge=1, le=1e6, description="DeepPool's amplification limit: "
+                                                 "a block's GPU time at most this many times that on its narrowest width "
+                                                 "(2.0 in DeepPool's planner); default: no limit, the fastest step")
+    multiplex: Optional[Bool] = Field(None, description="run a low-priority background job in the idle GPU time")
+    multiplex_interference: Float = Field(DEFAULT_INTERFERENCE, ge=0, le=1, description="share of the idle GPU time "
+                                          "the background job loses (assumed default; docs/deeppool.md)")
+    background_tokens_per_gpu_s: Optional[Float] = Field(None, gt=0, le=1e12, description="the background job's "
+                                                         "standalone tokens/s per GPU; default: this model's compute rate")
+    schedule: Optional[Literal["1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe"]] = Field(
+        None, description="pipeline schedule (cosearch.model.schedules); default 1f1b, or interleaved when "
+        "interleave > 1; zb-v needs interleave 2, dualpipe an even pp and >= 2*pp micro-batches")
     # --- issue 13: expert parallelism (cosearch.model.moe) ---
     ep: Int = Field(1, gt=0, le=MAX_COUNT, description="expert parallel size (Megatron --expert-model-parallel-size)")
     etp: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="expert tensor parallel size; default tp")
@@ -227,6 +251,17 @@ def parse_scenario(data: Any) -> Scenario:
         sc = Scenario.model_validate(data)
     except ValidationError as err:
         raise _error_from_validation(err) from None
+    if sc.cluster.inventory is not None:
+        from .inventory import check_inventory_scenario  # hook: heterogeneous inventories
+
+        check_inventory_scenario(sc)
+        return sc
+    if sc.cluster.gpu is None:
+        raise CosearchError("cluster.gpu", "required field is missing (or give cluster.inventory)")
+    if sc.cluster.gpus is None:
+        raise CosearchError("cluster.gpus", "required field is missing")
+    if sc.plan.gpus_by_type is not None:
+        raise CosearchError("plan.gpus_by_type", "needs cluster.inventory (GPUs of several types)")
     hardware.gpu(sc.cluster.gpu)  # unknown id -> error naming cluster.gpu
     _check_moe(sc.model)
     return sc
@@ -311,5 +346,6 @@ def scenario_columns(sc: Scenario) -> dict[str, float]:
     cols["gpus"] = cl.gpus
     cols["dp"] = pl.dp if pl.dp is not None else cl.gpus / (pl.tp * pl.pp * pl.cp)
     cols["zero_group"] = pl.zero_group if pl.zero_group is not None else np.nan
+    cols["schedule"] = CATEGORICAL_CODES["schedule"][pl.schedule] if pl.schedule is not None else np.nan
     cols.update(hardware_values(cl, sc.training.precision))
     return {k: float(v) for k, v in cols.items()}

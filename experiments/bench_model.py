@@ -11,6 +11,7 @@ all-to-all overlap drawn too, the other half the dense mix; results go to bench_
 Also times the scalar path: one ``cosearch.estimate`` call on examples/gpt3-175b.yaml, given as a
 dict (validated into a Scenario on every call) and as a ready Scenario; median microseconds per call
 over ``BENCH_CALLS`` (2,000) calls each after a warm-up, the two taking turns in 10 rounds.
+``BENCH_SCHEDULES=1`` draws a pipeline schedule per configuration (1f1b, interleaved, zb-h1, zb-v, dualpipe).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from cosearch.scenario import HARDWARE_OVERRIDES  # noqa: E402
 
 N = int(os.environ.get("BENCH_N", 1_000_000))
 CALLS = int(os.environ.get("BENCH_CALLS", 2000))
+SCHEDULES = os.environ.get("BENCH_SCHEDULES") == "1"
 EXAMPLE = HERE.parent / "examples" / "gpt3-175b.yaml"
 MODELS = ["gpt3-175b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mpt-30b", "megatron-1t"]
 MOE_MODELS = ["mixtral-8x7b", "deepseek-v3", "qwen3-235b-a22b", "gpt-oss-120b"]
@@ -69,6 +71,9 @@ def random_space(n: int, seed: int = 0) -> dict[str, np.ndarray]:
         zero=rng.integers(4, size=n).astype(float),
         tokens=np.full(n, 1e12),
     )
+    if SCHEDULES:  # BENCH_SCHEDULES=1: a mix of pipeline schedules, each with the chunks it runs
+        sched = rng.integers(5, size=n).astype(float)  # cosearch.model.schedules.SCHEDULE_CODES
+        cols.update(schedule=sched, interleave=np.where((sched == 1) | (sched == 3), 2.0, 1.0))
     return cols
 
 

@@ -21,7 +21,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from cosearch.search.pareto import hypervolume, merge_fronts, pareto_mask  # noqa: E402
+from cosearch.search.hypervolume import hypervolume  # noqa: E402
+from cosearch.search.pareto import merge_fronts, pareto_mask  # noqa: E402
 
 N = int(os.environ.get("BENCH_N", 1_000_000))
 REPEAT = int(os.environ.get("BENCH_REPEAT", 3))

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cosearch.samplers import run_exhaustive  # noqa: E402
-from cosearch.search.pareto import normalize_for_hv  # noqa: E402
+from cosearch.search.hypervolume import normalize_for_hv  # noqa: E402
 from cosearch.search.space import load_space, parse_space, read_yaml  # noqa: E402
 from cosearch.study import pareto_front, run_study  # noqa: E402
 

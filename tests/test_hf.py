@@ -18,6 +18,20 @@ STATED = {
     "qwen2-7b-instruct": 7.62e9, "gemma-2b": 2.51e9, "pythia-160m": 162_322_944, "pythia-1.4b": 1_414_647_808,
     "pythia-6.9b": 6_857_302_016, "gpt-neox-20b": 20_554_567_680, "gpt2": 124e6, "gpt2-medium": 355e6,
     "gpt2-large": 774e6,
+    # exact public config texts added for issue 15 (SOURCES.md: text origin and the count's source)
+    "llama-3.1-8b": 8.03e9, "llama-3.1-70b-instruct": 70.554e9, "qwen2.5-7b": 7.616e9, "qwen3-8b": 8.19e9,
+    "phi-4": 14.7e9,
+}
+#: Byte sizes of the config texts that are exact copies (SOURCES.md): the hub's own file size where a
+#: hub page states it (gpt-neox-20b, pythia-160m, pythia-1.4b, mixtral), else the public copy's length.
+#: A re-save (json.dump, another indent, a dropped final newline or CRLF) changes the size.
+EXACT_BYTES = {
+    "gpt-neox-20b": 617, "pythia-160m": 569, "pythia-1.4b": 570, "mixtral-8x7b-v0.1": 720, "gpt2-large": 666,
+    "llama-3.1-8b": 826, "llama-3.1-70b-instruct": 855, "qwen2.5-7b": 686, "qwen3-8b": 729, "phi-4": 856,
+    "moe/deepseek-v3": 1660, "moe/gpt-oss-120b": 2089, "moe/gpt-oss-20b": 1594, "moe/qwen3-30b-a3b": 964,
+    "moe/llama-4-scout-17b-16e-instruct": 1883, "moe/mixtral-8x7b-v0.1": 720,
+    # texts written from published values whose size equals the hub's (or a verbatim mirror's) file
+    "gpt2": 665, "pythia-6.9b": 571, "gemma-2b": 627, "llama-3-8b": 654, "llama-3-70b": 654,
 }
 BASE = {"training": {"global_batch": 64}, "cluster": {"gpu": "h100-sxm", "gpus": 8}}
 
@@ -30,7 +44,23 @@ def test_stated_parameter_count_within_one_percent(name):
 
 def test_at_least_eight_architectures_and_families():
     types = {json.loads((HF / n / "config.json").read_text())["model_type"] for n in STATED}
-    assert len(STATED) >= 8 and {"llama", "mistral", "qwen2", "gemma", "gpt_neox", "gpt2"} <= types
+    assert len(STATED) >= 8 and {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gpt_neox", "gpt2"} <= types
+
+
+@pytest.mark.parametrize("name", sorted(EXACT_BYTES))
+def test_exact_copies_keep_their_bytes(name):
+    blob = (HF / name / "config.json").read_bytes()
+    assert len(blob) == EXACT_BYTES[name]
+    assert isinstance(json.loads(blob), dict)
+
+
+def test_exact_gpt_neox_20b_is_the_hub_text():
+    # huggingface.co/EleutherAI/gpt-neox-20b/blob/3523781c.../config.json: 617 bytes, gelu_fast, 0.1 dropouts
+    cfg = json.loads((HF / "gpt-neox-20b" / "config.json").read_text())
+    assert (cfg["hidden_act"], cfg["hidden_dropout_prob"], cfg["transformers_version"]) == ("gelu_fast", 0.1, "4.19.0.dev0")
+    assert hf.load_model(HF / "gpt-neox-20b")["gated_mlp"] is False
+    # phi-4 is the one CRLF text: every line but the last ends in \r\n, as the public copy has it
+    assert (HF / "phi-4" / "config.json").read_bytes().count(b"\r\n") == 30
 
 
 def test_fields_of_llama3_8b():

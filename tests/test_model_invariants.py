@@ -40,6 +40,23 @@ def test_vectorized_equals_row_by_row(gpt3_columns):
             np.testing.assert_allclose(np.asarray(one[key], float), np.asarray(batch[key][i], float), rtol=1e-12)
 
 
+def test_large_inputs_evaluated_in_chunks_equal_one_pass(gpt3_columns, monkeypatch):
+    """evaluate() splits large inputs into CHUNK_ROWS slices; every output must be bit-identical to one
+    pass (the model is elementwise), including the ragged last chunk and boolean outputs."""
+    import importlib
+
+    ev = importlib.import_module("cosearch.model.evaluate")
+    cols = _random_plans(gpt3_columns, 5003, 2)
+    monkeypatch.setattr(ev, "CHUNK_ROWS", 1000)  # 5003 rows > 2 x 1000: six chunks, the last of 3 rows
+    chunked = evaluate(cols)
+    monkeypatch.setattr(ev, "CHUNK_ROWS", 10**9)
+    whole = evaluate(cols)
+    assert chunked.keys() == whole.keys()
+    for key in whole:
+        assert chunked[key].dtype == whole[key].dtype, key
+        np.testing.assert_array_equal(chunked[key], whole[key], err_msg=key)
+
+
 def test_memory_never_drops_when_microbatch_grows(gpt3_columns):
     cols = _random_plans(gpt3_columns, 3000, 2)
     small = evaluate(cols)

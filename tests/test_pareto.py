@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from cosearch.search import pareto
-from cosearch.search.pareto import hypervolume, merge_fronts, normalize_for_hv, pareto_mask
+from cosearch.search.hypervolume import hypervolume, normalize_for_hv
+from cosearch.search.pareto import merge_fronts, pareto_mask
 
 
 def brute_mask(x: np.ndarray, senses=None) -> np.ndarray:

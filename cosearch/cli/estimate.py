@@ -78,6 +78,50 @@ def band_text(r: dict, key: str, spec: str = ".3g", unit: str = "", prefix: str 
     return f"  ({100 * cov:.0f} % band {prefix}{format(band[0], spec)}-{prefix}{format(band[1], spec)}{unit})"
 
 
+def cluster_text(r: dict, cl: dict) -> str:
+    """``1024 x a100-80gb``, or for an inventory ``64 x h100-sxm + 128 x a100-80gb (pipeline)``."""
+    if not r.get("gpus_by_type"):
+        return f"{cl['gpus']} x {cl['gpu']}"
+    used = " + ".join(f"{n} x {g}" for g, n in r["gpus_by_type"].items() if n)
+    return f"{used} ({r['hetero']}; inventory {', '.join(f'{n} {g}' for g, n in cl['inventory'].items())})"
+
+
+def plan_text(r: dict, pl: dict) -> str:
+    pp = "+".join(str(v) for v in r["pp_by_type"].values() if v) if r.get("hetero") == "pipeline" else pl["pp"]
+    return (f"tp={pl['tp']} pp={pp} dp={r['dp']} cp={pl['cp']} mb={pl['microbatch']} v={pl['interleave']} "
+            f"recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
+            + (f" schedule={pl['schedule']}" if pl.get("schedule") else ""))
+
+
+def by_type_table(r: dict) -> Table:
+    """GPUs, stages or replicas, layers, micro-batches and memory of each GPU type of an inventory."""
+    t = Table(title="by GPU type", title_justify="left")
+    for col in ("type", "GPUs", "stages", "replicas", "layers", "micro-batches", "memory GiB"):
+        t.add_column(col, justify="left" if col == "type" else "right")
+    for g, n in r["gpus_by_type"].items():
+        t.add_row(g, str(n), str(r["pp_by_type"][g]), str(r["dp_by_type"][g]), str(r["layers_by_type"][g]),
+                  str(r["microbatches_by_type"][g]), _fmt(r["memory_gib_by_type"][g] if n else None, ".1f"))
+    return t
+
+
+def deeppool_rows(r: dict) -> list[tuple[str, str]]:
+    """(label, text) rows of an estimate's DeepPool section (burst schedule, idle time, background job)."""
+    d = r.get("deeppool")
+    if not d:
+        return []
+    rows = []
+    if d["burst"]:
+        runs = ", ".join(f"layers {x['layers'][0]}-{x['layers'][1]} dp={x['dp']}" if "layers" in x else f"head dp={x['dp']}"
+                         for x in d["schedule"])
+        rows.append(("burst schedule", f"{runs or 'none fits'}  (uniform dp={r['dp']}: {_fmt(d['uniform_step_time_s'], '.4g')} s, "
+                     f"burst {_fmt(d['burst_speedup'], '.3g')}x; breakdowns are of the uniform plan)"))
+    rows.append(("idle GPU time", f"{_fmt(d['idle_gpu_s'], '.4g')} GPU-s per step ({_fmt(100 * r['idle_share'], '.1f')} %)"))
+    if d["multiplex"]:
+        rows.append(("background job", f"{_fmt(d['background_tokens_per_s'], ',.0f')} tokens/s (interference "
+                     f"{_fmt(d['interference'], '.2f')}); cluster total {_fmt(d['total_tokens_per_s'], ',.0f')} tokens/s"))
+    return rows
+
+
 def render(r: dict, console: Console) -> None:
     """Readable breakdown tables of an estimate."""
     sc = r["scenario"]
@@ -85,10 +129,7 @@ def render(r: dict, console: Console) -> None:
     nofit = no_fit_line(r)
     if nofit:  # first, in red: time and cost below are those of a plan that cannot run
         console.print(f"[bold red]{nofit}[/] (time and cost below are for a plan that cannot run)")
-    console.print(
-        f"[bold]{cl['gpus']} x {cl['gpu']}[/]  tp={pl['tp']} pp={pl['pp']} dp={r['dp']} cp={pl['cp']} "
-        f"mb={pl['microbatch']} v={pl['interleave']} recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
-    )
+    console.print(f"[bold]{cluster_text(r, cl)}[/]  {plan_text(r, pl)}")
     head = Table(show_header=False, box=None)
     head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s" + band_text(r, "step_time_interval_s", ".3g", " s"))
     head.add_row("throughput", f"{_fmt(r['tokens_per_s'], ',.0f')} tokens/s")
@@ -111,6 +152,8 @@ def render(r: dict, console: Console) -> None:
         head.add_row("time to accuracy", f"{_fmt(r['time_to_accuracy_days'], ',.1f')} days "
                      f"({_fmt(r['steps_to_target'], ',.0f')} steps, statistical efficiency {_fmt(r['statistical_efficiency'], '.2f')})")
         head.add_row("cost to accuracy", f"${_fmt(r['cost_to_accuracy_usd'], ',.0f')}")
+    for label, text in deeppool_rows(r):
+        head.add_row(label, text)
     cloud = r.get("cloud")
     if cloud:
         head.add_row("rented", f"{cloud['instances']} x {cloud['provider']}/{cloud['instance']} ({cloud['pricing']}, "
@@ -120,6 +163,8 @@ def render(r: dict, console: Console) -> None:
         head.add_row("time P10/P50/P90", " / ".join(f"{_fmt(cloud[f'p{q}_time_to_train_days'], ',.1f')}" for q in (10, 50, 90)) + " days")
         head.add_row("cost P10/P50/P90", " / ".join(f"${_fmt(cloud[f'p{q}_cost_to_train_usd'], ',.0f')}" for q in (10, 50, 90)))
     console.print(head)
+    if r.get("gpus_by_type"):
+        console.print(by_type_table(r))
     for w in r.get("warnings", []):
         console.print(f"[yellow]warning: {w}[/]")
     t = Table(title="step time", title_justify="left")

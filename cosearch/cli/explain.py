@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ._console import console
 from ..explain import explain
-from .estimate import band_text, load_profile
+from .estimate import band_text, cluster_text, deeppool_rows, load_profile, plan_text
 
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 _BAR_WIDTH = 32
@@ -70,10 +70,7 @@ def render(x: dict, console: Console) -> None:
     r = x["estimate"]
     sc = r["scenario"]
     pl, cl = sc["plan"], sc["cluster"]
-    console.print(
-        f"[bold]{cl['gpus']} x {cl['gpu']}[/]  tp={pl['tp']} pp={pl['pp']} dp={r['dp']} cp={pl['cp']} "
-        f"mb={pl['microbatch']} v={pl['interleave']} recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
-    )
+    console.print(f"[bold]{cluster_text(r, cl)}[/]  {plan_text(r, pl)}")
     console.print(
         f"step {r['step_time_s']:.4g} s{band_text(r, 'step_time_interval_s', '.3g', ' s')}   "
         f"{r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f} %   "
@@ -81,6 +78,8 @@ def render(x: dict, console: Console) -> None:
         + (f"   {r['time_to_train_days']:,.1f} days, ${r['cost_to_train_usd']:,.0f} to train" if r["time_to_train_days"] else "")
     )
 
+    for label, text in deeppool_rows(r):  # DeepPool burst / multiplexing (cosearch.model.burst)
+        console.print(f"{label}: {text}")
     t = Table(title="where the step time goes", title_justify="left", title_style="bold")
     t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")
     t.add_column("", min_width=_BAR_WIDTH, no_wrap=True)

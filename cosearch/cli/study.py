@@ -199,8 +199,21 @@ def _warn_outside_range(study: Any, front: Any, calibrated: Any) -> None:
 
 
 _SCENARIO_COLS = ("model", "cloud.instance", "cloud.pricing", "cluster.gpu", "cluster.network_gbps", "cluster.nvlink_gbps", "cluster.hbm_gib",
-                  "plan.tp", "plan.pp", "plan.dp", "plan.cp", "plan.microbatch", "plan.interleave", "plan.recompute",
-                  "plan.sequence_parallel", "plan.zero", "training.global_batch", "training.precision")
+                  "plan.tp", "plan.pp", "plan.dp", "plan.cp", "plan.microbatch", "plan.interleave", "plan.schedule",
+                  "plan.recompute", "plan.sequence_parallel", "plan.zero", "training.global_batch", "training.precision")
+
+
+#: Scenario columns of an inventory (several GPU types): how they combine, what there is, what the plan uses.
+_INVENTORY_COLS = ("plan.hetero", "cluster.inventory.", "plan.gpus_by_type.")
+
+
+def _column_name(c: str) -> str:
+    """The table header of a scenario column: its last part (``have``/``use`` before an inventory's GPU id)."""
+    if c.startswith("cluster.inventory."):
+        return "have " + c.rsplit(".", 1)[1]
+    if c.startswith("plan.gpus_by_type."):
+        return "use " + c.rsplit(".", 1)[1]
+    return c.split(".")[-1]
 
 
 #: Metrics with a stored 80 % prediction interval: metric -> (low, high) metric names.
@@ -228,14 +241,15 @@ def print_front(out: Console, front: Any, objectives: Sequence[str], rows: int) 
         cols.insert(len(objectives) + 1, "p90_time_to_train_days")
     varying = [c for c in _SCENARIO_COLS if c in front.columns and front[c].astype(str).nunique() > 1
                or c in ("cluster.gpu", "plan.tp", "plan.pp") and c in front.columns]
+    varying += [c for c in front.columns if c.startswith(_INVENTORY_COLS)]  # hook: GPU inventories (cosearch.inventory)
     t = Table(title=f"Pareto front ({len(front)} configurations" + (f", first {rows}" if len(front) > rows else "") + ")",
               title_justify="left")
     band_at = len(objectives) + 1
     if band_of is not None:
         cols.insert(band_at, "band")
     for c in cols + varying:
-        name = f"{band_of} 80 % band" if c == "band" else c.split(".")[-1]
-        t.add_column(name, justify="right" if c not in ("model", "cluster.gpu", "plan.recompute",
+        name = f"{band_of} 80 % band" if c == "band" else _column_name(c)
+        t.add_column(name, justify="right" if c not in ("model", "cluster.gpu", "plan.recompute", "plan.schedule",
                                                         "cloud.instance", "cloud.pricing") else "left")
     for _, r in front.head(rows).iterrows():
         t.add_row(*[(_band(r, band_of) or "-") if c == "band" else _fmt(r.get(c)) for c in cols + varying])

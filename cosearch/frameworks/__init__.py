@@ -34,4 +34,9 @@ def export(scenario: Any, fmt: str) -> str:
     """The launch arguments / config text of ``scenario`` (path, dict or Scenario) for ``fmt``."""
     from ..scenario import load_scenario
 
-    return module(fmt).export(load_scenario(scenario))
+    sc = load_scenario(scenario)
+    if sc.cluster.inventory is not None:  # an inventory plan that uses one GPU type is an ordinary plan
+        from ..inventory import homogeneous_scenario
+
+        sc = homogeneous_scenario(sc)
+    return module(fmt).export(sc)

@@ -15,6 +15,9 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
     Refuses plans whose degrees do not tile the cluster or the batch (a launcher would fail on
     them) and runs the scenario's own hardware checks (e.g. fp8 on a GPU without fp8).
     """
+    if sc.cluster.inventory is not None:
+        raise refuse("cluster.inventory", f"{framework} launches one GPU type per job; export a plan that uses one "
+                     "type (plan.gpus_by_type) or write the per-type stage layout by hand")
     scenario_columns(sc)  # hardware checks: unknown GPU, precision the GPU lacks
     m, pl, cl = sc.model, sc.plan, sc.cluster
     if pl.zero3_live_params is not None and framework.lower() != "deepspeed":
@@ -57,6 +60,17 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
     nodes = max(1, cl.gpus // gpn)
     return {"dp": dp, "grad_accum": sc.training.global_batch // per_step, "nodes": nodes,
             "gpus_per_node": min(gpn, cl.gpus)}
+
+
+def megatron_core_schedule(sc: Scenario, framework: str) -> None:
+    """Refuse pipeline schedules Megatron-Core cannot run: its ``get_forward_backward_func``
+    (megatron/core/pipeline_parallel/schedules.py) picks no pipelining, 1F1B or interleaved 1F1B."""
+    pl = sc.plan
+    if pl.pp > 1 and pl.schedule in ("zb-h1", "zb-v", "dualpipe"):
+        where = {"dualpipe": "DeepSeek's own trainer (deepseek-ai/DualPipe)"}.get(
+            pl.schedule, "the sail-sg/zero-bubble-pipeline-parallelism fork")
+        raise refuse("plan.schedule", f"{pl.schedule}: {framework}'s pipeline schedules (Megatron-Core "
+                     f"schedules.py) are 1F1B and interleaved 1F1B only; {pl.schedule} runs in {where}")
 
 
 def hybrid(sc: Scenario, dp: int) -> int | None:

@@ -47,6 +47,7 @@ plan.capacity_factor           ``--moe-expert-capacity-factor`` (none: dropless,
 =============================  ===========================================================
 
 Refused: ``plan.moe_a2a_overlap`` > 0 (its Megatron switches differ across releases; set it by hand),
+Refused: pipeline schedules zb-h1, zb-v and dualpipe (Megatron-Core runs 1F1B and interleaved 1F1B),
 offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
 the Triton attention kernel, zero 2/3 with pipeline parallelism (Megatron FSDP has no pipeline).
 The world size is torchrun's, not Megatron's: :func:`parse_args` takes the cluster separately
@@ -59,7 +60,7 @@ from typing import Any, Mapping
 
 from ..errors import CosearchError
 from ..scenario import Scenario, parse_scenario
-from ._common import hybrid, layout, refuse
+from ._common import hybrid, layout, megatron_core_schedule, refuse
 
 VERSION = "Megatron-LM core_r0.14.0"
 
@@ -70,6 +71,7 @@ def flags(sc: Scenario) -> list[str]:
     """The Megatron-LM arguments of ``sc`` as a token list."""
     lay = layout(sc, "Megatron-LM")
     m, t, pl = sc.model, sc.training, sc.plan
+    megatron_core_schedule(sc, "Megatron-LM")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: this export maps no Megatron-LM offload flag; use 'none'")
     if t.attention == "triton":

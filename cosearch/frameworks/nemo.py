@@ -25,10 +25,17 @@ num_nodes=, devices=, max_steps=, plugins=bf16_mixed(), strategy=strategy)`` wit
 nemo/collections/llm/recipes/precision/mixed_precision.py (@0a07447c2962ee5b55dea5af0d3fc981a2873ca4)
 defines ``bf16_mixed``, ``fp16_mixed`` and ``bf16_with_fp8_mixed``;
 nemo/collections/llm/recipes/optim/adam.py (@06cca550af612dce62bdc21e5db16e2ac6fbf5e3) sets
-``OptimizerConfig(use_distributed_optimizer=True)`` as ``optim.config``. Not checked against a named
-file: the ``model.config`` field names (Megatron-Core ``TransformerConfig``: the code search found
-``recompute_num_layers`` and ``tp_comm_overlap`` fields in Megatron-Core-style config texts without
-naming the repository); NeMo's own recipes switch TP overlap on with
+``OptimizerConfig(use_distributed_optimizer=True)`` as ``optim.config``.
+``model.config`` names: NVIDIA/NeMo nemo/collections/llm/gpt/model/base.py (@0175f4c6c8005588f42b6077a4e00ca31b4d479c)
+declares ``GPTConfig(TransformerConfig)`` with ``share_embeddings_and_output_weights`` and ``seq_length``
+and takes ``vocab_size`` when set (``hasattr(self, 'vocab_size')``); NVIDIA/Megatron-LM
+megatron/core/transformer/transformer_config.py (@002526d81b81f6ab534e93844f9a228709887494) declares
+``num_layers``, ``hidden_size``, ``num_attention_heads``, ``num_query_groups``, ``ffn_hidden_size``,
+``hidden_dropout``, ``attention_dropout``, ``gated_linear_unit``; megatron/core/model_parallel_config.py
+(@02aa3ee454b5ff16b1bf356ec36fa0cc1c26858f) holds ``tp_comm_overlap`` (inherited by TransformerConfig).
+``recompute_granularity``/``recompute_method``/``recompute_num_layers`` were matched by their
+TransformerConfig docstrings in the code search, not read in a named file.
+NeMo's own recipes switch TP overlap on with
 ``MegatronCommOverlapCallback(tp_comm_overlap=True)`` (llama3_70b.py ``pretrain_recipe_performance``)
 rather than ``model.config.tp_comm_overlap``.
 
@@ -39,7 +46,7 @@ matches (normalization, positional embedding are not cosearch fields).
 from __future__ import annotations
 
 from ..scenario import Scenario
-from ._common import hybrid, layout, refuse, train_steps
+from ._common import hybrid, layout, megatron_core_schedule, refuse, train_steps
 
 VERSION = "NeMo 2 (NeMo Framework 25.04)"
 
@@ -47,6 +54,7 @@ VERSION = "NeMo 2 (NeMo Framework 25.04)"
 def overrides(sc: Scenario) -> list[str]:
     lay = layout(sc, "NeMo")
     m, t, pl = sc.model, sc.training, sc.plan
+    megatron_core_schedule(sc, "NeMo (Megatron-Core)")
     if pl.zero >= 2:
         raise refuse("plan.zero", f"zero {pl.zero}: this NeMo export maps only the distributed optimizer (zero 1)")
     if hybrid(sc, lay["dp"]) is not None:

@@ -4,7 +4,9 @@ Follows **torchtitan v0.1.0** ``torchtitan/config/job_config.py``:
 ``[parallelism]`` ``data_parallel_replicate_degree``, ``data_parallel_shard_degree``,
 ``fsdp_reshard_after_forward`` (``"default"``/``"never"``), ``tensor_parallel_degree``,
 ``enable_async_tensor_parallel``, ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``
-(``1F1B`` / ``Interleaved1F1B``), ``pipeline_parallel_layers_per_stage``,
+(``1F1B`` / ``Interleaved1F1B`` / ``ZBVZeroBubble`` for plan.schedule zb-v; the names of PyTorch's
+``torch.distributed.pipelining.schedules.get_schedule_class``: 1F1B, Interleaved1F1B, GPipe,
+LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel_layers_per_stage``,
 ``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[training]``
 ``local_batch_size``, ``global_batch_size``, ``seq_len``, ``steps``, ``mixed_precision_param``;
 ``[activation_checkpoint] mode`` (``none``/``selective``/``full``, ``selective_ac_option = "op"``);
@@ -31,7 +33,9 @@ per-replica batch and ``pipeline_parallel_microbatch_size`` the micro-batch.
 
 Refused: zero 1 (torchtitan has no optimizer-only sharding), fp16 (torchtitan trains in bf16 or
 fp32), tensor parallelism without sequence parallelism (torchtitan's TP always shards norms over
-the sequence), the Triton attention kernel, dropout, offload. The model architecture is torchtitan's
+the sequence), the Triton attention kernel, dropout, offload, schedule zb-h1 (PyTorch's zero-bubble schedules are
+multi-stage: InterleavedZeroBubble, ZBVZeroBubble) and dualpipe (PyTorch has DualPipeV, the V-shaped
+variant with one parameter copy, not DualPipe's two). The model architecture is torchtitan's
 ``[model] name/flavor``, not a TOML shape: the export states the shape in a comment.
 """
 from __future__ import annotations
@@ -39,9 +43,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..scenario import Scenario
+from ..model.schedules import schedule_name
 from ._common import hybrid, layout, refuse, train_steps
 
 VERSION = "torchtitan v0.1.0"
+#: cosearch schedule -> torchtitan ``pipeline_parallel_schedule``
+_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
 
 
 def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
@@ -61,6 +68,13 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
         raise refuse("training.dropout", "torchtitan's models train without dropout")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: no torchtitan offload setting is mapped; use 'none'")
+    schedule = _SCHEDULES.get(schedule_name(pl.schedule, pl.interleave)) if pl.pp > 1 else None
+    if pl.pp > 1 and schedule is None:
+        raise refuse("plan.schedule", {
+            "zb-h1": "zb-h1: PyTorch's zero-bubble schedules are multi-stage (InterleavedZeroBubble, ZBVZeroBubble); "
+                     "use zb-v with interleave 2",
+            "dualpipe": "dualpipe: torchtitan/PyTorch run DualPipeV (one parameter copy, V-shaped), not DualPipe's "
+                        "two parameter copies"}[pl.schedule])
     group = hybrid(sc, dp)
     par: dict[str, Any] = {}
     if pl.zero == 0:
@@ -74,7 +88,7 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     training: dict[str, Any] = {"global_batch_size": t.global_batch, "seq_len": m.seq_len,
                                 "mixed_precision_param": "bfloat16"}
     if pl.pp > 1:
-        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if pl.interleave > 1 else "1F1B"
+        par["pipeline_parallel_schedule"] = schedule
         par["pipeline_parallel_layers_per_stage"] = m.layers // (pl.pp * pl.interleave)
         par["pipeline_parallel_microbatch_size"] = pl.microbatch
         training["local_batch_size"] = t.global_batch // dp
@@ -165,7 +179,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
             if m["layers"] % (pp * int(lps)):
                 raise CosearchError("pipeline_parallel_layers_per_stage", f"{lps} does not divide the layers per rank")
             interleave = m["layers"] // (pp * int(lps))
-        elif "Interleaved" in str(par.get("pipeline_parallel_schedule", "1F1B")):
+        elif str(par.get("pipeline_parallel_schedule", "1F1B")) in ("Interleaved1F1B", "ZBVZeroBubble"):
             raise CosearchError("pipeline_parallel_layers_per_stage", "required with an interleaved schedule")
     else:
         micro = local
@@ -180,7 +194,9 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     training: dict[str, Any] = {"global_batch": gb, "precision": precision}
     if "steps" in tr:
         training["tokens"] = float(int(tr["steps"]) * gb * m["seq_len"])
+    sched_in = {v: k for k, v in _SCHEDULES.items()}.get(str(par.get("pipeline_parallel_schedule", "1F1B")))
     plan = {"tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave, "recompute": mode,
+            "schedule": "zb-v" if pp > 1 and sched_in == "zb-v" else None,
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
             "tp_comm_overlap": bool(par.get("enable_async_tensor_parallel", False))}
     return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})

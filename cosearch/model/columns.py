@@ -9,8 +9,10 @@ from typing import Mapping
 
 import numpy as np
 
+from .burst import DEFAULT_INTERFERENCE
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
+from .schedules import SCHEDULE_CODES
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
@@ -23,6 +25,7 @@ ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2}
 CATEGORICAL_CODES: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
     "offload": OFFLOAD_CODES, "tp_collective": COLLECTIVE_CODES, "dp_collective": COLLECTIVE_CODES,
+    "schedule": SCHEDULE_CODES,
 }
 
 #: Input columns and their defaults (None: required).
@@ -56,6 +59,14 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations
     "tp_collective": 0.0,        # collective algorithm codes (collectives.COLLECTIVE_CODES), 0 = nccl
     "dp_collective": 0.0,
+    # DeepPool (cosearch.model.burst); NaN: the feature is absent and costs nothing
+    "burst": np.nan,                 # 1: per-block data-parallel widths (burst parallelism)
+    "burst_block_layers": 1.0,       # layers per burst block
+    "burst_amplification": np.nan,   # DeepPool's amplification limit on a block's GPU time; NaN: none
+    "multiplex": np.nan,             # 1: a background job runs in the idle GPU time
+    "multiplex_interference": DEFAULT_INTERFERENCE,  # share of the idle time the background job loses
+    "background_tokens_per_gpu_s": np.nan,  # its standalone rate; NaN: this model's compute rate on one GPU
+    "schedule": np.nan,          # pipeline schedule code (schedules.SCHEDULE_CODES); NaN: 1F1B, interleaved when v > 1
 }
 # --- issue 13: mixture-of-experts and MLA columns (cosearch.model.moe); defaults = a dense model ---
 from .moe import DISPATCHER_CODES, MOE_INPUT_COLUMNS  # noqa: E402

@@ -19,7 +19,9 @@ from typing import Mapping
 
 import numpy as np
 
+from .._malloc import keep_heap
 from . import _ops as ops
+from . import burst as dpool
 from . import collectives as coll
 from . import communication as comm
 from . import compute as kern
@@ -27,6 +29,7 @@ from . import expansion as xp
 from . import flops as fl
 from . import moe
 from . import memory as mem
+from . import schedules as sch
 from .columns import broadcast_columns, scalar_columns
 from .feasibility import valid_mask
 from .pipeline import bubble_slots, num_microbatches
@@ -46,6 +49,10 @@ LOGIT_BYTES = 6.0
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
                   "offload")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations")
+#: Rows per pass of the model over a large input: each of its hundreds of temporaries then stays in
+#: the CPU cache (0.5 MB) instead of streaming 8 MB per million rows through memory; 2-3x faster on
+#: a loaded 2-core VM, exact (the model is elementwise). experiments/bench_model.py measures it.
+CHUNK_ROWS = 65536
 
 
 def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
@@ -57,18 +64,43 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
     """
     c = broadcast_columns(columns)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        split = moe.split_rows(c)  # issue 13: dense and MoE/MLA rows of one batch evaluated apart
-        if split is None:
-            return _evaluate(c, profile)
-        parts = [(idx, _evaluate({k: v[idx] if v.ndim else v for k, v in c.items()}, profile)) for idx in split]
-        shape = np.shape(c["gpus"])
-        out = {}
-        for key, first in parts[0][1].items():
-            arr = np.empty(shape, dtype=np.result_type(first, parts[1][1][key]))
-            for idx, part in parts:
-                arr[idx] = part[key]
-            out[key] = arr
-        return out
+        shape = next(iter(c.values())).shape
+        if len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS:
+            return _evaluate_parts(c, profile)
+        return _evaluate_chunked(c, profile, shape[0])
+
+
+def _evaluate_chunked(c: dict[str, np.ndarray], profile: Profile, n: int) -> dict[str, np.ndarray]:
+    """:func:`_evaluate` over ``CHUNK_ROWS``-row slices written into whole-length outputs."""
+    keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
+    out: dict[str, np.ndarray] = {}
+    deeppool = _deeppool_present(c)  # decided once, so that every slice has the same output columns
+    for start in range(0, n, CHUNK_ROWS):
+        stop = min(start + CHUNK_ROWS, n)
+        part = _evaluate_parts({k: v[start:stop] if v.ndim else v for k, v in c.items()}, profile, deeppool=deeppool)
+        if not out:
+            out = {k: np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
+        for k, v in part.items():
+            out[k][start:stop] = v
+    return out
+
+
+def _evaluate_parts(c: dict[str, np.ndarray], profile: Profile, **kw) -> dict[str, np.ndarray]:
+    """:func:`_evaluate`; a 1-D batch holding dense and MoE/MLA rows (issue 13) is evaluated in two parts
+    written back in place, so that neither pays for the other's physics (identical values)."""
+    split = moe.split_rows(c)
+    if split is None:
+        return _evaluate(c, profile, **kw)
+    kw.setdefault("deeppool", _deeppool_present(c))  # both parts give the same output columns
+    parts = [(idx, _evaluate({k: v[idx] if v.ndim else v for k, v in c.items()}, profile, **kw)) for idx in split]
+    shape = np.shape(c["gpus"])
+    out = {}
+    for key, first in parts[0][1].items():
+        arr = np.empty(shape, dtype=np.result_type(first, parts[1][1][key]))
+        for idx, part in parts:
+            arr[idx] = part[key]
+        out[key] = arr
+    return out
 
 
 def evaluate_scalar(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:
@@ -90,7 +122,34 @@ def evaluate_scalar_columns(c: dict[str, float], profile: Profile = DEFAULT_PROF
         return {k: v.item() for k, v in evaluate(c, profile).items()}
 
 
-def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
+def evaluate_parts(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> tuple[dict, dict]:
+    """:func:`evaluate` plus the per-layer and per-stage pieces behind it (``parts``), which the
+    heterogeneous composition (:mod:`.hetero`) reuses instead of repeating the physics."""
+    c = broadcast_columns(columns)
+    parts: dict = {}
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _evaluate(c, profile, parts), parts
+
+
+def burst_schedule(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> list[float]:
+    """Data-parallel width of every burst stage (each block of ``burst_block_layers`` layers, then the
+    logits head) of ONE configuration with ``burst: 1``; [] when no schedule exists."""
+    c = broadcast_columns(columns)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        sched = _evaluate(c, profile, record=True).get("burst_schedule")
+    if sched is None:
+        return []
+    widths, path = sched
+    return [float(widths.reshape(-1)[i]) for i in np.asarray(path).reshape(-1)]
+
+
+def _deeppool_present(c: Mapping[str, object]) -> bool:
+    """True when burst or multiplex columns carry a value (absent: NaN): DeepPool metrics are computed."""
+    return not (ops.all(ops.isnan(c["burst"])) and ops.all(ops.isnan(c["multiplex"])))
+
+
+def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, record: bool = False,
+              deeppool: bool | None = None) -> dict[str, np.ndarray]:
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
     B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
@@ -204,6 +263,15 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     params_mid = n_stage * layer_params_loc  # a full rank between them
     if ext is not None:
         params_first, params_last, params_mid = ext.params_first, ext.params_last, ext.params_mid
+    # pipeline schedule (cosearch.model.schedules): NaN/1f1b/interleaved rows keep the 1F1B code path
+    sched = c["schedule"]
+    split_bwd = sch.uses_split_backward(sched)
+    if split_bwd:  # ZB-V's V-shape and DualPipe's two copies change what each rank holds
+        params_first, params_last, params_mid = sch.rank_params(sched, pp, tied, params_first, params_last, params_mid,
+                                                                emb_loc)
+        if ext is not None:  # the routed experts follow the same layout (no embedding among them)
+            ef, el, em = sch.rank_params(sched, pp, 1.0, ext.experts_first, ext.experts_last, ext.experts_mid, 0.0)
+            ext = ext._replace(experts_first=ef, experts_last=el, experts_mid=em)
     params_stage = ops.maximum(ops.maximum(params_first, params_last), ops.where(pp > 2, params_mid, 0.0))
 
     # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
@@ -251,7 +319,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     else:
         offload_mb = offload_b = 0.0
     slot = work_f + work_b + pp_mb + fsdp_mb + offload_mb
-    bubble = bubble_slots(pp, v) * slot
+    if split_bwd:
+        bubble = sch.bubble_time_s(sched, pp, v, slot, work_f, sch.weight_grad_time_s(n_stage, gemm_f, logit_gemm))
+    else:
+        bubble = bubble_slots(pp, v) * slot
 
     # --- data-parallel gradient reduction (once per step) ----------------------------------------
     grad_bytes = params_stage * mem.GRAD_BYTES
@@ -288,7 +359,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     else:
         offload_end = 0.0
 
-    step = (m + bubble_slots(pp, v)) * slot + dp_exposed + optimizer + offload_end
+    step = (m * slot + bubble if split_bwd else (m + bubble_slots(pp, v)) * slot) + dp_exposed + optimizer + offload_end
 
     # --- memory -----------------------------------------------------------------------------------
     working = ops.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
@@ -323,6 +394,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     stored_first = ops.where(use_mid, stored_mid, stored_first)
     stored_last = n_last * act_layer
     w2, g2, o2 = states(params_last, "experts_last")
+    logits_first, logits_last = ops.where(pp > 1, 0.0, logits_buf), logits_buf
+    if split_bwd:  # in-flight micro-batches, ZB-H1's deferred W passes, where the loss sits (schedules.py)
+        m_w = sch.wgrad_activation_bytes(s_loc, mb, h_rep, h / tp, kv_loc, f / tp, gated, fp8)
+        stored_first, stored_last, logits_first, logits_last = sch.rank_activation_bytes(
+            sched, pp, m, n_stage, n_last, act_layer, m_w, stored_first, use_mid, logits_first, logits_last)
     if any_offload:
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers
         tier_first = ops.where(off_opt, o1, 0.0) + ops.where(off_w, w1 + g1, 0.0) + ops.where(off_act, stored_first, 0.0)
@@ -339,8 +415,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         stored_last = ops.where(off_act, ops.minimum(stored_last, act_buf), stored_last)
     else:
         expansion_used = ops.zeros_like(B)
-    act_first = stored_first + working + ops.where(pp > 1, 0.0, logits_buf)
-    act_last = stored_last + working + logits_buf
+    act_first = stored_first + working + logits_first
+    act_last = stored_last + working + logits_last
     tot_first = w1 + g1 + o1 + act_first + z3_buffers
     tot_last = w2 + g2 + o2 + act_last + z3_buffers
     first_max = tot_first >= tot_last
@@ -348,6 +424,17 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
     usable = mem.usable_hbm_bytes(c["hbm_gib"], p.hbm_reserved_gib, p.hbm_fragmentation)
     expansion_ok = xp.tier_fits(expansion_used, c["expansion_gib"], c["expansion_pooled"], c["gpus_per_node"])
     fits = (memory_bytes <= usable) & expansion_ok
+
+    # --- hook: DeepPool burst parallelism and multiplexing (cosearch.model.burst); columns absent: no work
+    deeppool = _deeppool_present(c) if deeppool is None else deeppool
+    if deeppool:
+        busy_gpu_s = m * (c_f + c_b + c_r) * gpus
+        uniform_step, min_dp = step, dp
+        if ops.any(c["burst"] == 1.0):
+            step, memory_bytes, fits, burst_busy, min_dp, schedule = dpool.burst_step(
+                c, fabric, step, memory_bytes, fits, m * (logits_f + logits_b), layer_params_loc, params_stage,
+                lambda cols: _evaluate(cols, p), record=record)
+            busy_gpu_s = ops.where(ops.isnan(burst_busy), busy_gpu_s, burst_busy)
 
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
@@ -432,4 +519,25 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile) -> dict[str, np.ndarray]:
         "cost_to_train_low_usd": train_usd * band_low,
         "cost_to_train_high_usd": train_usd * band_high,
     }
+    if parts is not None:  # hook for cosearch.model.hetero: one layer's and one stage's pieces, per micro-batch
+        parts.update(
+            layer_compute_s=layer_f + layer_b, layer_recompute_s=layer_r, layer_tp_s=tp_layer_f + tp_layer_b,
+            layer_cp_s=cp_layer_f + cp_layer_b, layer_back_s=layer_b + layer_r + tp_layer_b + cp_layer_b,
+            logits_s=logits_f + logits_b, logits_back_s=logits_b, slot_s=slot, p2p_bytes=p2p_bytes, fabric=fabric,
+            layer_params=layer_params_loc, emb_params=emb_loc, act_layer_bytes=act_layer, working_bytes=working,
+            logits_bytes=logits_buf, opt_group=opt_group, hbm_Bps=hbm_Bps, grad_bytes=grad_bytes, hide_b_s=hide_b,
+            optimizer_s=optimizer, usable_bytes=usable, model_flops=model_flops,
+            hardware_flops=model_flops + recompute_fwd_flops)
+    if deeppool:
+        idle_gpu_s = gpus * step - busy_gpu_s
+        # default background job: this model's own work at its compute rate on one GPU (DeepPool's
+        # background jobs are single-GPU runs of the same networks)
+        rate = ops.where(ops.isnan(c["background_tokens_per_gpu_s"]), tokens_step / (m * (c_f + c_b + c_r) * gpus),
+                         c["background_tokens_per_gpu_s"])
+        bg = ops.where(c["multiplex"] == 1.0,
+                       dpool.background_tokens_per_s(idle_gpu_s, step, rate, c["multiplex_interference"]), 0.0)
+        out.update(uniform_step_time_s=uniform_step, burst_min_dp=min_dp, idle_share=idle_gpu_s / (gpus * step),
+                   idle_gpu_s=idle_gpu_s, background_tokens_per_s=bg, total_tokens_per_s=tokens_per_s + bg)
+        if record and ops.any(c["burst"] == 1.0):
+            out["burst_schedule"] = schedule
     return out

@@ -13,9 +13,13 @@ from ..errors import CosearchError
 from . import _ops as ops
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
+from .schedules import DUALPIPE, INTERLEAVED, ONE_F_ONE_B, SCHEDULE_CODES, ZB_H1, ZB_V, ZB_V_CHUNKS
 
 _OFFLOAD_SETS = tuple(float(v) for v in sorted(set(OFFLOAD_CODES.values())))
 _COLLECTIVES = tuple(float(v) for v in sorted(set(COLLECTIVE_CODES.values())))
+_SCHEDULES = tuple(float(v) for v in sorted(set(SCHEDULE_CODES.values())))
+#: Rules of this field are skipped on arrays whose schedule column is all NaN (no schedule given).
+_SCHEDULE_FIELD = "plan.schedule"
 
 
 def _divides(a, b):
@@ -79,8 +83,25 @@ RULES: tuple[Rule, ...] = (
          "plan.offload needs a memory expansion tier: set cluster.expansion_gbps > 0 (and expansion_gib)"),
     Rule("plan.tp_collective", lambda c: ops.isin(c["tp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
     Rule("plan.dp_collective", lambda c: ops.isin(c["dp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
+    Rule("plan.burst", lambda c: (c["burst"] != 1.0) | (c["pp"] == 1),
+         "burst parallelism varies the data-parallel width per block and needs pp = 1 (got pp {pp:.0f})"),
     Rule("cluster.oversubscription", lambda c: c["oversubscription"] >= 1.0,
          "oversubscription must be >= 1 (1 = full bisection), got {oversubscription:g}"),
+    # pipeline schedules (cosearch.model.schedules); NaN = 1F1B, interleaved when interleave > 1
+    Rule(_SCHEDULE_FIELD, lambda c: ops.isnan(c["schedule"]) | ops.isin(c["schedule"], _SCHEDULES),
+         "schedule must be one of " + ", ".join(SCHEDULE_CODES)),
+    Rule(_SCHEDULE_FIELD, lambda c: (c["schedule"] != ONE_F_ONE_B) | (c["interleave"] == 1),
+         "1f1b runs one model chunk per rank; interleave {interleave:.0f} needs schedule interleaved"),
+    Rule(_SCHEDULE_FIELD, lambda c: (c["schedule"] != INTERLEAVED) | (c["interleave"] > 1),
+         "interleaved needs interleave > 1 (virtual pipeline stages per rank)"),
+    Rule(_SCHEDULE_FIELD, lambda c: (c["schedule"] != ZB_H1) | (c["interleave"] == 1),
+         "zb-h1 runs one model chunk per rank (set interleave 1; zb-v is the two-chunk zero-bubble schedule)"),
+    Rule(_SCHEDULE_FIELD, lambda c: (c["schedule"] != ZB_V) | (c["interleave"] == ZB_V_CHUNKS),
+         "zb-v runs exactly 2 model chunks per rank (Qi et al. 2024, sec. 6): set interleave 2"),
+    Rule(_SCHEDULE_FIELD, lambda c: (c["schedule"] != DUALPIPE) | _dualpipe_ok(c),
+         "dualpipe needs interleave 1, an even pp and an even micro-batch count global_batch/(dp*microbatch) "
+         ">= 2*pp (deepseek-ai/DualPipe step()); got pp {pp:.0f}, interleave {interleave:.0f}, "
+         "{global_batch:.0f}/({dp:g}*{microbatch:.0f})"),
 )
 
 
@@ -126,6 +147,13 @@ def _rules(cols) -> tuple[Rule, ...]:
     return RULES if _moe_rules_apply(cols) else DENSE_RULES
 
 
+def _dualpipe_ok(c):
+    """DualPipe.step() asserts num_ranks % 2 == 0, num_chunks % 2 == 0 and num_chunks >= 2*num_ranks
+    (deepseek-ai/DualPipe dualpipe/dualpipe.py); each rank holds one chunk per direction (interleave 1)."""
+    m = c["global_batch"] / ops.maximum(c["dp"] * c["microbatch"], 1.0)
+    return (c["interleave"] == 1) & _divides(2.0, c["pp"]) & _divides(2.0, m) & (m >= 2.0 * c["pp"])
+
+
 def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """True where a configuration satisfies every rule (a plain bool for plain-float columns)."""
     if ops.is_scalar(cols["gpus"]):
@@ -138,7 +166,10 @@ def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
             return bool(valid_mask({k: np.asarray(v, dtype=float) for k, v in cols.items()}))
     with np.errstate(invalid="ignore", divide="ignore"):
         ok = np.ones(np.shape(cols["gpus"]), dtype=bool)
+        no_schedule = bool(np.isnan(cols["schedule"]).all())
         for rule in _rules(cols):
+            if no_schedule and rule.field == _SCHEDULE_FIELD:
+                continue
             ok &= rule.ok(cols)
     return ok
 

@@ -1,7 +1,8 @@
 """Pipeline schedule: micro-batch count and bubble (Narayanan et al. SC'21, sec. 2.2).
 
 With m micro-batches per pipeline, p stages and v virtual stages per rank (interleaving), a step
-takes (m + (p-1)/v) micro-batch slots, so the bubble is (p-1)/(v*m) of the ideal time.
+takes (m + (p-1)/v) micro-batch slots, so the bubble is (p-1)/(v*m) of the ideal time. Zero-bubble and DualPipe schedules:
+:mod:`cosearch.model.schedules`.
 """
 from __future__ import annotations
 

@@ -122,6 +122,8 @@ def scenario(space: "SearchSpace", values: Mapping[str, Any]) -> dict[str, Any]:
         except CosearchError:  # spot asked where there is no spot market: an infeasible point, no price
             sc["cluster"] = derived_cluster(spec.model_copy(update={"pricing": "on_demand"}), cluster)
             sc["cluster"].pop("price_usd_per_gpu_hour")
+    elif "inventory" in cluster:
+        pass  # several GPU types: the inventory and plan.gpus_by_type say the counts (cosearch.inventory)
     elif "nodes" in cluster:
         nodes = cluster.pop("nodes")
         per_node = cluster.get("gpus_per_node") or hardware.gpu(cluster["gpu"])["gpus_per_node"]

@@ -27,7 +27,11 @@ def _check_choices(space: SearchSpace) -> None:
     if not isinstance(cluster, dict):
         raise CosearchError("cluster", f"expected a mapping (got {type(cluster).__name__})")
     cluster.pop("nodes", None)
-    if "cloud" not in template and (not isinstance(cluster.get("gpus"), int) or isinstance(cluster.get("gpus"), bool)):
+    if "inventory" in cluster:  # hook: inventory spaces (cosearch.search._inventory)
+        from ._inventory import inventory_template
+
+        inventory_template(space, template)
+    if "cloud" not in template and "inventory" not in cluster and (not isinstance(cluster.get("gpus"), int) or isinstance(cluster.get("gpus"), bool)):
         cluster["gpus"] = 1
     try:
         parse_scenario(template)

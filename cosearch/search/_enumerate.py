@@ -85,6 +85,8 @@ def prune(space) -> None:
     one-line error when no combination is valid at all.
     """
     struct = [d for d in space.dims if d.path in STRUCTURAL and d.finite]
+    if space.is_inventory:  # the divisibility rules of several GPU types are checked per row (cosearch.model.hetero)
+        return
     if not struct or any(d.path in STRUCTURAL and not d.finite for d in space.dims):
         return
     sub = int(np.prod([d.size for d in struct]))

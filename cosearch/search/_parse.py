@@ -15,7 +15,7 @@ from ..scenario import HARDWARE_OVERRIDES
 from ._choices import _check_choices
 from ._limits import MAX_TOTAL_CHOICES, _short, check_count, check_number, is_number
 from ._cloud import _check_cloud_space, _expand_cloud
-from ._names import NULLABLE_PLAN, _BAND, _CLOUD_ONLY, _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, SECTIONS
+from ._names import NULLABLE_PLAN, _BAND, _CLOUD_ONLY, _DEEPPOOL, _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, SECTIONS
 from ._values import Dimension, _all_numeric, _jsonable, _set_path
 
 
@@ -167,6 +167,10 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
         need, why = _NEEDS.get(m, (None, ""))
         if need and need.split(".", 1)[1] not in (base.get("training") or {}):
             raise CosearchError(need, f"needed by {why}")
+    plan = base.get("plan") if isinstance(base.get("plan"), Mapping) else {}
+    if any(m in _DEEPPOOL for m in used) and "burst" not in plan and "multiplex" not in plan:
+        raise CosearchError("plan.multiplex", f"needed by {next(m for m in used if m in _DEEPPOOL)}: set plan.multiplex "
+                            "and/or plan.burst (true, false or both) in the space (docs/deeppool.md)")
     if any(m in _BAND for m in used):
         from ..model.interval import INTERVAL_FILE, interval_factors
 

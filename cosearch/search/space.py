@@ -88,8 +88,15 @@ class SearchSpace:
     # ----------------------------------------------------------------------------- evaluation
     def evaluate(self, assign: Mapping[str, Sequence[Any] | np.ndarray], profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
         """Metrics for arrays of values, one array per dimension path (same length)."""
-        cols, n = self.columns(assign)
-        out = model_evaluate(cols, profile)
+        if self.is_inventory:  # hook: several GPU types (cosearch.search._inventory, cosearch.model.hetero)
+            from ..model.hetero import evaluate_hetero
+            from ._inventory import inventory_args
+
+            args, n = inventory_args(self, assign)
+            out = evaluate_hetero(profile=profile, **args)
+        else:
+            cols, n = self.columns(assign)
+            out = model_evaluate(cols, profile)
         out = {k: np.broadcast_to(v, (n,)) if np.ndim(v) == 0 else v for k, v in out.items()}
         rentable = np.ones(n, dtype=bool)
         if self.is_cloud:
@@ -117,6 +124,13 @@ class SearchSpace:
             value = np.asarray(metrics[CONSTRAINT_METRICS[key]], dtype=float)
             res[key] = np.where(np.isfinite(value), value / bound - 1.0, np.inf)
         return res
+
+    @property
+    def is_inventory(self) -> bool:
+        """Whether the cluster is an inventory of several GPU types (``cluster.inventory``)."""
+        from ._inventory import is_inventory
+
+        return is_inventory(self.base)
 
     # ----------------------------------------------------------------------------- cloud
     @property

@@ -32,6 +32,9 @@ METRIC_LABELS = {
     "p90_time_to_train_days": "P90 time to train (days)", "p90_cost_to_train_usd": "P90 cost to train (USD)",
     "step_time_high_s": "step time, 80 % band top (s)", "time_to_train_high_days": "time to train, 80 % band top (days)",
     "cost_to_train_high_usd": "cost to train, 80 % band top (USD)",
+    # DeepPool (cosearch.model.burst)
+    "total_tokens_per_s": "cluster tokens/s (foreground + background)", "background_tokens_per_s": "background tokens/s",
+    "idle_gpu_s": "idle GPU-s per step",
 }
 #: Metrics with an 80 % prediction interval stored beside them (cosearch.model.interval): (low, high).
 BAND_METRICS = {
@@ -235,11 +238,11 @@ def fmt_metric(metric: str, value: Any) -> str:
         return f"{v:.3g} days"
     if metric.endswith("_gib"):
         return f"{v:.1f} GiB"
+    if metric.endswith("tokens_per_s"):
+        return f"{v:,.0f}"
     if metric.endswith("_s"):
         return f"{v:.4g} s"
     if metric == "gpus":
-        return f"{v:,.0f}"
-    if metric == "tokens_per_s":
         return f"{v:,.0f}"
     return f"{v:.4g}"
 

@@ -1,0 +1,221 @@
+"""Scenarios over a GPU inventory (``cluster: {inventory: {h100-sxm: 64, a100-80gb: 128}}``, issue 14).
+
+The edge of :mod:`cosearch.model.hetero`: checks the inventory form with one-line errors, turns a
+scenario into the shared and per-type columns, and gives ``estimate`` its outputs and by-type tables.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import hardware
+from .errors import CosearchError
+from .model.feasibility import check_scalar
+from .model.hetero import BY_TYPE, HARDWARE_COLUMNS, HETERO_CODES, evaluate_hetero
+from .model.profile import DEFAULT_PROFILE, Profile
+
+if TYPE_CHECKING:
+    from .scenario import Scenario
+
+EXAMPLE = "{h100-sxm: 64, a100-80gb: 128}"
+
+
+def check_inventory_scenario(sc: "Scenario") -> None:
+    """One-line errors for an inventory scenario that cannot be read (after the schema passed)."""
+    from .scenario import HARDWARE_OVERRIDES
+
+    cl, pl = sc.cluster, sc.plan
+    for key in ("gpu", "gpus"):
+        if getattr(cl, key) is not None:
+            raise CosearchError(f"cluster.{key}", "give either cluster.gpu and cluster.gpus or cluster.inventory, not both")
+    if not cl.inventory:
+        raise CosearchError("cluster.inventory", f"needs at least one GPU type with its count, e.g. {EXAMPLE}")
+    for name in cl.inventory:
+        if name not in hardware.catalog():
+            raise CosearchError("cluster.inventory", f"unknown GPU id {name!r}; allowed: {', '.join(sorted(hardware.catalog()))}")
+    for key in HARDWARE_OVERRIDES:
+        if getattr(cl, key) is not None:
+            raise CosearchError(f"cluster.{key}", "overrides are per GPU type and not supported with cluster.inventory "
+                                "(the catalog values of each type are used)")
+    if sc.cloud is not None:
+        raise CosearchError("cloud", "rented instances and cluster.inventory cannot be combined")
+    for name, n in (pl.gpus_by_type or {}).items():
+        if name not in cl.inventory:
+            raise CosearchError(f"plan.gpus_by_type.{name}", f"not in cluster.inventory; allowed: {', '.join(cl.inventory)}")
+        if n > cl.inventory[name]:
+            raise CosearchError(f"plan.gpus_by_type.{name}", f"uses {n} GPUs but cluster.inventory has {cl.inventory[name]}")
+    if sum(gpus_used(sc).values()) == 0:
+        raise CosearchError("plan.gpus_by_type", "uses no GPU at all")
+
+
+def gpus_used(sc: "Scenario") -> dict[str, int]:
+    """GPUs of each type the plan uses: ``plan.gpus_by_type``, the whole inventory for a type it omits."""
+    given = sc.plan.gpus_by_type or {}
+    return {name: int(given.get(name, n)) for name, n in sc.cluster.inventory.items()}
+
+
+def type_hardware(name: str, precision: str) -> dict[str, float]:
+    """:data:`HARDWARE_COLUMNS` of one catalog GPU (no overrides: they are refused with an inventory)."""
+    from .scenario import ClusterSpec, hardware_values
+
+    return {k: v for k, v in hardware_values(ClusterSpec(gpu=name, gpus=1), precision).items() if k in HARDWARE_COLUMNS}
+
+
+def inventory_columns(sc: "Scenario") -> dict[str, Any]:
+    """Arguments of :func:`cosearch.model.hetero.evaluate_hetero` for one scenario."""
+    from .scenario import scenario_columns
+
+    names = list(sc.cluster.inventory)
+    stand_in = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"gpu": names[0], "gpus": 1, "inventory": None})})
+    shared = {k: v for k, v in scenario_columns(stand_in).items() if k not in HARDWARE_COLUMNS and k != "gpus"}
+    shared["dp"] = float(sc.plan.dp) if sc.plan.dp is not None else 1.0
+    used = gpus_used(sc)
+    hws = []
+    for n in names:
+        try:
+            hws.append(type_hardware(n, sc.training.precision))
+        except CosearchError:  # a precision the type lacks: an error only where the plan uses the type
+            if used[n]:
+                raise
+            hws.append({**type_hardware(n, "bf16"), "peak_tflops": float("nan")})
+    return dict(shared=shared, hardware=hws,
+                use=[float(used[n]) for n in names], mode=float(HETERO_CODES[sc.plan.hetero]), names=names,
+                inventory=[float(sc.cluster.inventory[n]) for n in names])
+
+
+def _first_error(sc: "Scenario", args: dict[str, Any]) -> CosearchError:
+    """The first rule an inventory plan breaks, named by its field."""
+    pl, names, use = sc.plan, args["names"], args["use"]
+    data = pl.hetero == "data"
+    group = pl.tp * pl.cp * (pl.pp if data else (pl.dp or 1))
+    what = "tp*pp*cp" if data else "tp*cp*dp"
+    for name, n in zip(names, use):
+        if n % group:
+            return CosearchError(f"plan.gpus_by_type.{name}", f"{n:.0f} GPUs is not a multiple of {what} ({group})")
+    mixed = sum(n > 0 for n in use) > 1
+    if mixed and pl.zero >= 3:
+        return CosearchError("plan.zero", "ZeRO-3/FSDP across GPU types is not modelled (allowed with an inventory: 0, 1, 2)")
+    if mixed and pl.offload != "none":
+        return CosearchError("plan.offload", "offload with several GPU types is not modelled (allowed: none)")
+    if mixed and pl.schedule not in (None, "1f1b", "interleaved"):
+        return CosearchError("plan.schedule", f"{pl.schedule} across GPU types is not modelled (allowed with an inventory: 1f1b, interleaved)")
+    if mixed and (pl.burst or pl.multiplex):
+        return CosearchError("plan.burst" if pl.burst else "plan.multiplex",
+                             "DeepPool burst/multiplexing across GPU types is not modelled (allowed: false)")
+    if mixed and not data and pl.interleave != 1:
+        return CosearchError("plan.interleave", "the pipeline of several GPU types runs 1F1B (allowed: 1)")
+    replicas = sum(use) / group if data else (pl.dp or 1)
+    if data and mixed and sc.training.global_batch % pl.microbatch == 0 and sc.training.global_batch // pl.microbatch < replicas:
+        return CosearchError("training.global_batch", f"{sc.training.global_batch} sequences give fewer micro-batches "
+                             f"than the {replicas:.0f} replicas")
+    stages = pl.pp if data else sum(use) / group
+    from .model.columns import scalar_columns
+
+    for hw, n in zip(args["hardware"], use):  # the homogeneous rules, on each type in use
+        cols = {**args["shared"], **hw, "pp": float(stages), "dp": float(replicas),
+                "gpus": float(pl.tp * pl.cp * stages * replicas), "interleave": float(pl.interleave if data else 1)}
+        try:
+            if n:
+                check_scalar(scalar_columns(cols))
+        except CosearchError as err:
+            return err
+    return CosearchError("plan", "the layers do not split over the pipeline stages of the inventory")
+
+
+def inventory_outputs(sc: "Scenario", profile: Profile | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(model outputs of one inventory scenario as scalars, by-type tables for ``estimate``)."""
+    args = inventory_columns(sc)
+    out = evaluate_hetero(profile=profile or DEFAULT_PROFILE, **args)
+    if not bool(out["valid"][0]):
+        raise _first_error(sc, args)
+    scalars = {k: (bool(v[0]) if np.asarray(v).dtype == bool else float(v[0])) for k, v in out.items()}
+    extra = {key: {n: scalars[f"{key}.{n}"] for n in args["names"]} for key in BY_TYPE}
+    extra["gpus_by_type"] = {n: int(v) for n, v in extra["gpus_by_type"].items()}
+    for key in ("pp_by_type", "dp_by_type", "layers_by_type", "microbatches_by_type"):
+        extra[key] = {n: int(v) for n, v in extra[key].items()}
+    extra["hetero"] = sc.plan.hetero
+    return scalars, extra
+
+
+def inventory_changes(sc: "Scenario") -> list[tuple[str, dict[str, Any]]]:
+    """Neighbouring plans of an inventory scenario: the other composition, fewer GPUs of one type (a
+    half, none), a factor moved between tp and the replica / stage count, micro-batch and recompute."""
+    pl, used = sc.plan, gpus_used(sc)
+    out: list[tuple[str, dict[str, Any]]] = []
+    other = "data" if pl.hetero == "pipeline" else "pipeline"
+    out.append((f"compose by {other}", {"plan.hetero": other}))
+    for name, n in used.items():
+        for new in sorted({n // 2, 0, sc.cluster.inventory[name]} - {n}):
+            if sum(used.values()) - n + new > 0:
+                out.append((f"{name}: {n} -> {new} GPUs", {"plan.gpus_by_type": {**used, name: new}}))
+    size = "pp" if pl.hetero == "data" else "dp"
+    current = getattr(pl, size) or 1
+    for f in (2, 4):
+        out.append((f"tp {pl.tp} -> {pl.tp * f}", {"plan.tp": pl.tp * f}))
+        out.append((f"{size} {current} -> {current * f}", {f"plan.{size}": current * f}))
+        if pl.tp % f == 0:
+            out.append((f"tp {pl.tp} -> {pl.tp // f}", {"plan.tp": pl.tp // f}))
+        if current % f == 0:
+            out.append((f"{size} {current} -> {current // f}", {f"plan.{size}": current // f}))
+    for mb in (pl.microbatch * 2, pl.microbatch // 2):
+        if mb >= 1:
+            out.append((f"microbatch {pl.microbatch} -> {mb}", {"plan.microbatch": mb}))
+    for rc in ("none", "selective", "full"):
+        if rc != pl.recompute:
+            out.append((f"recompute {pl.recompute} -> {rc}", {"plan.recompute": rc}))
+    return out
+
+
+def rank_inventory_changes(sc: "Scenario", profile: Profile | None = None,
+                           stats: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """:func:`cosearch.explain.rank_changes` for an inventory: each neighbour estimated, feasible ones fastest first."""
+    from .estimate import estimate
+    from .explain import changed_scenario
+
+    base = estimate(sc, profile)
+    ranked = []
+    changes = inventory_changes(sc)
+    for label, updates in changes:
+        try:
+            r = estimate(changed_scenario(sc, updates), profile)
+        except CosearchError:
+            continue
+        if not r["fits"]:
+            continue
+        ranked.append({"label": label, "kind": "plan", "updates": updates, "step_time_s": r["step_time_s"],
+                       "memory_gib": r["memory_gib"], "cost_usd_per_step": r["cost_usd_per_step"],
+                       "gain": 1.0 - r["step_time_s"] / base["step_time_s"], "speedup": base["step_time_s"] / r["step_time_s"]})
+    if stats is not None:
+        stats.update(evaluated=len(changes), feasible=len(ranked))
+    return sorted(ranked, key=lambda e: e["step_time_s"])
+
+
+def inventory_link_columns(sc: "Scenario") -> dict[str, float]:
+    """Columns for :func:`cosearch.explain._links`: the first type's NVLink domain, the plan's sizes."""
+    args = inventory_columns(sc)
+    cols = {**args["shared"], **args["hardware"][0]}
+    if sc.plan.hetero == "data":
+        cols["dp"] = sum(args["use"]) / (sc.plan.tp * sc.plan.pp * sc.plan.cp)
+    return cols
+
+
+def homogeneous_scenario(sc: "Scenario") -> "Scenario":
+    """The same plan as an ordinary one-type scenario when the plan uses one GPU type (unchanged otherwise):
+    ``gpu``/``gpus`` from that type, ``pp`` (pipeline composition) or ``dp`` (data) from its count."""
+    from .scenario import parse_scenario
+
+    used = {g: n for g, n in gpus_used(sc).items() if n}
+    if len(used) != 1:
+        return sc
+    (gpu, n), pl = next(iter(used.items())), sc.plan
+    data = sc.model_dump(mode="json", exclude_none=True)
+    data["cluster"] = {k: v for k, v in data["cluster"].items() if k != "inventory"} | {"gpu": gpu, "gpus": n}
+    plan = {k: v for k, v in data["plan"].items() if k not in ("hetero", "gpus_by_type")}
+    if pl.hetero == "pipeline":
+        dp = pl.dp or 1
+        plan.update(dp=dp, pp=n // (pl.tp * pl.cp * dp))
+    else:
+        plan.update(dp=n // (pl.tp * pl.pp * pl.cp))
+    data["plan"] = plan
+    return parse_scenario(data)

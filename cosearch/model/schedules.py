@@ -1,0 +1,144 @@
+"""Pipeline schedules beyond 1F1B: zero-bubble ZB-H1 and ZB-V (Qi et al., ICLR 2024) and DualPipe
+(DeepSeek-V3 technical report, 2024, sec. 3.2.1), as closed forms on the model's per-micro-batch times.
+
+Notation per pipeline rank and micro-batch: F forward, B input-gradient backward, W weight-gradient
+backward (the split of Qi et al. sec. 1, Figure 1); the model's slot is F + B + W (+ exposed comm).
+Bubbles (idle time per step on a rank):
+
+  1F1B / interleaved  (p-1)/v * (F + B + W)          Narayanan et al. SC'21 sec. 2.2
+  ZB-H1               (p-1) * (F + B - W)            Qi et al. Table 2 (1F1B peak memory, p M_B)
+  ZB-V                (p-1) * max(F + B - 2W, 0)     ZB-H2's closed form (Qi et al. Table 2); the paper
+                      gives ZB-V no closed form for unequal F/B/W (zero bubble when F = B = W, sec. 6)
+                      and its Table 8 rates, from profiled times, are within 15 % of ZB-H2's
+                      (e.g. 6.2B, p=16, m=48: 0.0697 vs 0.0823; 28.3B, m=96: 0.0593 vs 0.0629)
+  DualPipe            (p/2-1) * (F&B + B_full - 3W)  DeepSeek-V3 Table 2 / deepseek-ai/DualPipe README,
+                      B_full = B + W the full backward, F&B = F + B_full: the overlapped chunk pair
+                      hides communication, not compute (the two chunks share the SMs); the model keeps
+                      that communication in the slot (a conservative F&B)
+
+Activations in flight on the peak rank, in units of M_B (one micro-batch of a stage's activations):
+1F1B and ZB-H1 p (ZB-H1 worker i holds (p-i+1) M_B + (i-1) M_W, Qi et al. sec. 2.3), ZB-V p on every
+rank (sec. 6: balanced across workers), DualPipe p+1 on every rank with two parameter copies (each
+rank holds stages i and p-1-i; DeepSeek-V3 Table 2).
+
+Schedule codes are a model column; NaN (the default) means "1F1B, interleaved when interleave > 1",
+exactly the model before schedules existed.
+"""
+from __future__ import annotations
+
+from . import _ops as ops
+from .compute import BYTES_16BIT
+
+SCHEDULE_CODES = {"1f1b": 0, "interleaved": 1, "zb-h1": 2, "zb-v": 3, "dualpipe": 4}
+ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZB_V, DUALPIPE = 0.0, 1.0, 2.0, 3.0, 4.0
+#: ZB-V runs exactly two model chunks per rank (Qi et al. sec. 6: "exactly 2p chunks").
+ZB_V_CHUNKS = 2.0
+
+
+def schedule_name(schedule: str | None, interleave: int) -> str:
+    """The schedule a plan runs: the stated one, else 1f1b (interleave 1) or interleaved (interleave > 1)."""
+    return schedule if schedule is not None else ("interleaved" if interleave > 1 else "1f1b")
+
+
+#: Chunks per rank each schedule runs (None: any interleave > 1).
+SCHEDULE_INTERLEAVE = {"1f1b": 1, "interleaved": None, "zb-h1": 1, "zb-v": 2, "dualpipe": 1}
+
+
+def uses_split_backward(schedule) -> bool:
+    """True when any row runs a zero-bubble or DualPipe schedule (the rest keep the 1F1B code path)."""
+    return ops.any(schedule >= ZB_H1)
+
+
+def weight_grad_time_s(layers, gemm_fwd_layer_s, logit_gemm_s):
+    """W: time of the weight-gradient GEMMs of one micro-batch on a rank.
+
+    Each forward GEMM Y = XW has two backward GEMMs of the same shape, dX = dY W^T (in B) and
+    dW = X^T dY (in W) (Qi et al. Figure 1, Table 1: W = 24sbh^2 FLOPs per layer = the forward GEMMs),
+    so W is the forward GEMM time of the rank's layers plus the output layer's weight gradient.
+    Attention backward, elementwise kernels, recomputation and communication stay in B.
+    """
+    return layers * gemm_fwd_layer_s + logit_gemm_s
+
+
+def bubble_time_s(schedule, pp, interleave, slot_s, forward_s, wgrad_s):
+    """Idle seconds per step on a pipeline rank for each schedule (closed forms in the module doc).
+
+    ``slot_s`` = F + B + W of one micro-batch (with its exposed communication), ``forward_s`` = F,
+    ``wgrad_s`` = W. Codes: NaN/0/1 the 1F1B family, 2 ZB-H1, 3 ZB-V, 4 DualPipe.
+    """
+    one_f_one_b = (pp - 1.0) / interleave * slot_s
+    zb_h1 = (pp - 1.0) * ops.maximum(slot_s - 2.0 * wgrad_s, 0.0)
+    zb_v = (pp - 1.0) * ops.maximum(slot_s - 3.0 * wgrad_s, 0.0)
+    # F&B + B_full - 3W with F&B = F + B_full = slot and B_full = slot - F
+    dualpipe = ops.maximum(pp / 2.0 - 1.0, 0.0) * ops.maximum(2.0 * slot_s - forward_s - 3.0 * wgrad_s, 0.0)
+    return ops.select([schedule == ZB_H1, schedule == ZB_V, schedule == DUALPIPE], [zb_h1, zb_v, dualpipe],
+                      one_f_one_b)
+
+
+def wgrad_activation_bytes(seq_local, micro, hidden_rep, hidden_local, kv_local, ffn_local, gated, fp8):
+    """M_W: bytes one layer keeps for a deferred W pass of one micro-batch on one GPU.
+
+    W needs each linear layer's input X and its output gradient dY (Qi et al. sec. 2.3: after B "keeps
+    some extra gradients for W"; Table 1: 32sbh for a GPT layer). Inputs: QKV and fc1 h (h/tp under SP,
+    gathered again for W), projection h/tp, fc2 f/tp, 1 byte each when fp8 keeps fp8 copies; output
+    gradients, 16-bit: QKV h/tp + 2 kv, projection h (h/tp under SP), fc1 f(1+gated)/tp, fc2 h.
+    For h = f/4, tp = 1: 2 * (h + h + h + 4h) + 2 * (3h + h + 4h + h) = 14h + 18h = 32h per token.
+    """
+    in_bytes = BYTES_16BIT - fp8
+    inputs = in_bytes * (2.0 * hidden_rep + hidden_local + ffn_local)
+    grads = BYTES_16BIT * (hidden_local + 2.0 * kv_local + 2.0 * hidden_rep + ffn_local * (1.0 + gated))
+    return seq_local * micro * (inputs + grads)
+
+
+def rank_params(schedule, pp, tied, params_first, params_last, params_mid, emb_local):
+    """Parameters on the first, last and a middle pipeline rank under the schedule's layout.
+
+    ZB-V's V-shape puts chunks 0 and 2p-1 on rank 0 (Qi et al. sec. 6: layers 1-2 and 15-16 on worker
+    1), so rank 0 holds the embedding and the output layer (one copy when tied) and rank p-1 holds two
+    middle chunks. DualPipe rank i holds stages i and p-1-i: two parameter copies (DeepSeek-V3 Table 2).
+    """
+    zb_v, dual = schedule == ZB_V, schedule == DUALPIPE
+    ends = params_first + params_last
+    first = ops.where(dual, ends, ops.where(zb_v, params_first + (1.0 - tied) * emb_local, params_first))
+    last = ops.where(dual, ends, ops.where(zb_v, params_mid, params_last))
+    mid = ops.where(dual, 2.0 * params_mid, params_mid)
+    return first, last, mid
+
+
+def inflight_microbatches(schedule, pp, num_microbatches):
+    """(first-rank, last-rank) micro-batches whose full activations (M_B) are held at the peak.
+
+    1F1B family and ZB-H1: p on the first rank, 1 on the last; ZB-V: p on every rank; DualPipe: p+1
+    on every rank (its step() needs m >= 2p, so all are in flight).
+    """
+    p_or_m = ops.minimum(num_microbatches, pp)
+    balanced = schedule == ZB_V
+    first = ops.where(schedule == DUALPIPE, pp + 1.0, p_or_m)
+    last = ops.where(schedule == DUALPIPE, pp + 1.0, ops.where(balanced, p_or_m, 1.0))
+    return first, last
+
+
+def rank_activation_bytes(schedule, pp, num_microbatches, n_stage, n_last, act_layer, wgrad_layer, stored_first,
+                          first_is_rank1, logits_first, logits_last):
+    """(first-rank, last-rank) stored activations and logits bytes under the schedule, from the 1F1B
+    values: ZB-V and DualPipe hold their in-flight count on every rank (``n_stage`` layers, an upper
+    bound), ZB-H1 adds its deferred W passes (M_W = ``wgrad_layer`` per layer) on the last rank and on
+    rank 1 when an uneven split makes it the peak (``first_is_rank1``); the loss sits on rank 0
+    under ZB-V (chunk 2p-1) and on both end ranks under DualPipe."""
+    inflight, _ = inflight_microbatches(schedule, pp, num_microbatches)
+    balanced = (schedule == ZB_V) | (schedule == DUALPIPE)
+    stored_bal = n_stage * inflight * act_layer
+    rank1_w = ops.where((schedule == ZB_H1) & first_is_rank1,
+                        n_stage * deferred_wgrads(schedule, pp, num_microbatches, 1.0) * wgrad_layer, 0.0)
+    first = ops.where(balanced, stored_bal, stored_first + rank1_w)
+    last = ops.where(balanced, stored_bal,
+                     n_last * (act_layer + deferred_wgrads(schedule, pp, num_microbatches, pp - 1.0) * wgrad_layer))
+    return (first, last, ops.where(balanced, logits_last, logits_first),
+            ops.where(schedule == ZB_V, 0.0, logits_last))
+
+
+def deferred_wgrads(schedule, pp, num_microbatches, rank):
+    """Micro-batches whose W is still pending (holding M_W) on pipeline rank ``rank`` (0-based) at its
+    peak under ZB-H1: worker i = rank+1 holds (i-1) M_W (Qi et al. sec. 2.3); none for other schedules."""
+    pending = ops.minimum(rank, ops.maximum(num_microbatches - 1.0, 0.0))
+    return ops.where(schedule == ZB_H1, ops.minimum(pending, pp - 1.0), 0.0)
