@@ -221,6 +221,7 @@ def test_fsdp_with_experts_shards_expert_weights_over_expert_dp():
     ({"plan": {"ep": 16, "tp": 8}}, "plan.ep"),                         # dp*cp = 64/8 = 8 < 16
     ({"plan": {"ep": 2, "tp": 2}}, "plan.sequence_parallel"),          # Megatron-Core needs SP with TP + EP
     ({"plan": {"ep": 2, "etp": 3}}, "plan.etp"),                        # 3 does not divide 14336
+    ({"plan": {"ep": 2, "burst": True}}, "plan.burst"),                # DeepPool burst with MoE: not modelled
 ])
 def test_invalid_expert_plans_name_the_field(change, field):
     sc = {"model": "mixtral-8x7b", "training": {"global_batch": 256}, "cluster": {"gpu": "h100-sxm", "gpus": 64}}

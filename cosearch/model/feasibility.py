@@ -133,6 +133,8 @@ MOE_RULES: tuple[Rule, ...] = (
          "ep > 1 with tp > 1 needs sequence_parallel: true (Megatron-Core)"),
     Rule("plan.capacity_factor", lambda c: ops.isnan(c["capacity_factor"]) | (c["capacity_factor"] > 0),
          "capacity_factor must be > 0 (or none: dropless)"),
+    Rule("plan.burst", lambda c: (c["experts"] == 0) | (c["burst"] != 1.0),
+         "DeepPool burst parallelism with experts is not modelled (allowed: false)"),
 )
 DENSE_RULES = RULES
 RULES = DENSE_RULES + MOE_RULES
