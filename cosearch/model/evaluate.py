@@ -441,8 +441,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     model_flops = fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step
     total_flops, params, active_params = model_flops, fl.total_params(L, h, a, kvh, f, gated, V, tied), None
     if ext is not None:  # MoE: model FLOPs of the active parameters (MFU, as MoE papers), and of all of them
-        fa, ft = moe.flops_per_token(c)
-        pt, pa = moe.param_counts(c)
+        pt, pa = moe.param_counts(c, ext.widths)
+        fa, ft = moe.flops_per_token(c, (pt, pa), ext.widths)
         model_flops = ops.where(ext.rows, fa * tokens_step, model_flops)
         total_flops = ops.where(ext.rows, ft * tokens_step, model_flops)
         params, active_params = ops.where(ext.rows, pt, params), ops.where(ext.rows, pa, params)

@@ -130,10 +130,10 @@ def widths(c):
     return fe, fd, fs, d, d_qk, d_v
 
 
-def attention_params(c, tp=1.0):
-    """(parameters of one attention block, of them on one TP rank)."""
+def attention_params(c, tp=1.0, w=None):
+    """(parameters of one attention block, of them on one TP rank); ``w``: :func:`widths` if known."""
     h, a, kvh = c["hidden"], c["heads"], c["kv_heads"]
-    _, _, _, d, d_qk, d_v = widths(c)
+    _, _, _, d, d_qk, d_v = w or widths(c)
     ql, kvl, rope, nope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"]
     kv_loc = d * ops.maximum(kvh / tp, 1.0)
     gqa = 2.0 * h * a * d + 2.0 * h * kvh * d
@@ -146,11 +146,12 @@ def attention_params(c, tp=1.0):
     return ops.where(mla, rep + split, gqa), ops.where(mla, rep + split / tp, gqa_loc)
 
 
-def param_counts(c):
+def param_counts(c, w=None):
     """(total, active) parameters of the model (biases and norms omitted, as :mod:`.flops`)."""
     h, L, E, g = c["hidden"], c["layers"], c["experts"], c["gated_mlp"]
-    fe, fd, fs, *_ = widths(c)
-    attn, _ = attention_params(c)
+    w = w or widths(c)
+    fe, fd, fs, *_ = w
+    attn, _ = attention_params(c, 1.0, w)
     moe = E > 0
     n_dense = ops.where(moe, c["dense_layers"], L)
     mlp_w = (2.0 + g) * h
@@ -163,12 +164,14 @@ def param_counts(c):
     return total, active_
 
 
-def flops_per_token(c):
+def flops_per_token(c, counts=None, w=None):
     """(active-parameter, total-parameter) training FLOPs per token: 3 x forward, forward = 2 x
-    weights + attention scores and values 2*s*a*(d_qk + d_v) per layer (4*s*h for MHA, :mod:`.flops`)."""
-    total, act = param_counts(c)
+    weights + attention scores and values 2*s*a*(d_qk + d_v) per layer (4*s*h for MHA, :mod:`.flops`).
+    ``counts``: :func:`param_counts` and ``w``: :func:`widths` where already known."""
+    w = w or widths(c)
+    total, act = counts or param_counts(c, w)
     emb_in = c["vocab"] * c["hidden"]  # the input embedding is a lookup, not a matmul
-    _, _, _, _, d_qk, d_v = widths(c)
+    _, _, _, _, d_qk, d_v = w
     core = c["layers"] * 2.0 * c["seq_len"] * c["heads"] * (d_qk + d_v)
     tied_out = ops.where(c["tied_embeddings"] > 0, emb_in, 0.0)  # tied: the shared matrix is the output layer
     return (3.0 * (2.0 * (act - emb_in + tied_out) + core), 3.0 * (2.0 * (total - emb_in + tied_out) + core))
@@ -229,6 +232,7 @@ class Terms(NamedTuple):
     experts_layer: object  # routed-expert parameters of one MoE layer on one GPU
     edp: object            # expert-data-parallel group size, and its rank stride (ep*etp)
     edp_stride: object
+    widths: tuple          # :func:`widths` of the rows
 
 
 def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric,
@@ -240,7 +244,8 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     moe = E > 0
     mla = c["mla"] > 0
     rows = moe | mla | ops.logical_not(ops.isnan(c["head_dim"]))
-    fe, fd, fs, d, d_qk, d_v = widths(c)
+    w = widths(c)
+    fe, fd, fs, d, d_qk, d_v = w
     ep = c["ep"]
     etp = ops.where(ops.isnan(c["etp"]), tp, c["etp"])
     ql, kvl, rope, nope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"]
@@ -356,7 +361,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     dispatch_buf = ops.where(moe, 2.0 * copies * kern.BYTES_16BIT * 2.0, 0.0)   # send + receive, dispatch + combine
 
     # --- parameters on each rank -------------------------------------------------------------------
-    _, attn_loc = attention_params(c, tp)
+    _, attn_loc = attention_params(c, tp, w)
     mlp_w = (2.0 + g) * h
     dense_loc = attn_loc + mlp_w * fd / tp
     moe_loc = attn_loc + h * E + mlp_w * fs / tp
@@ -381,5 +386,5 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
         params_last=pick(params_last, n_last * dense_params_layer + emb_loc),
         params_mid=pick(params_mid, n_stage * dense_params_layer),
         experts_first=(n_first - n_dense_first) * exp_loc, experts_last=(n_last - n_dense_last) * exp_loc,
-        experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp,
+        experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp, widths=w,
     )
