@@ -97,6 +97,7 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
             "cost_to_train_usd", "energy_to_train_mwh", "num_microbatches", "params",
             "time_to_accuracy_days", "cost_to_accuracy_usd", "steps_to_target", "tokens_to_target",
             "statistical_efficiency", "expansion_used_gib", "expansion_fits", "idle_share",
+            "active_params", "total_param_tflops_per_gpu",  # issue 13: MoE active vs total
         )
     }
     result["gpus"] = sc.cluster.gpus if not by_type else sum(by_type["gpus_by_type"].values())

@@ -100,6 +100,9 @@ def _first_error(sc: "Scenario", args: dict[str, Any]) -> CosearchError:
         return CosearchError("plan.offload", "offload with several GPU types is not modelled (allowed: none)")
     if mixed and pl.schedule not in (None, "1f1b", "interleaved"):
         return CosearchError("plan.schedule", f"{pl.schedule} across GPU types is not modelled (allowed with an inventory: 1f1b, interleaved)")
+    if mixed and (sc.model.experts or sc.model.attention == "mla" or sc.model.head_dim is not None):  # issue 13
+        return CosearchError("model.experts" if sc.model.experts else "model.attention",
+                             "mixture-of-experts / MLA / head_dim models across GPU types are not modelled (one GPU type)")
     if mixed and (pl.burst or pl.multiplex):
         return CosearchError("plan.burst" if pl.burst else "plan.multiplex",
                              "DeepPool burst/multiplexing across GPU types is not modelled (allowed: false)")

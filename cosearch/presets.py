@@ -10,6 +10,11 @@ from .errors import CosearchError
 from .data import data_text
 
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "gated_mlp", "vocab", "seq_len", "tied_embeddings")
+#: Mixture-of-experts / MLA fields (issue 13; ``cosearch.model.moe``), scenario names. ``attention``
+#: (mha | gqa | mla) becomes the 0/1 column ``mla``; the others are columns of the same name.
+MOE_ARCH_FIELDS = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "dense_layers",
+                   "dense_ffn_hidden", "attention", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                   "qk_nope_head_dim", "v_head_dim", "head_dim", "routed_nodes_limit")
 
 
 @lru_cache(maxsize=1)
@@ -23,4 +28,19 @@ def preset(name: str) -> dict[str, Any]:
     table = presets()
     if name not in table:
         raise CosearchError("model", f"unknown preset {name!r}; allowed: {', '.join(sorted(table))}")
-    return {k: table[name][k] for k in ARCH_FIELDS if k in table[name]}
+    return {k: table[name][k] for k in ARCH_FIELDS + MOE_ARCH_FIELDS if k in table[name]}
+
+
+def moe_columns(arch: Any) -> dict[str, float]:
+    """The MoE/MLA model columns of a model mapping (a preset or scenario fields); absent or null
+    fields are left out (the column defaults describe a dense model)."""
+    out: dict[str, float] = {}
+    for key in MOE_ARCH_FIELDS:
+        value = arch.get(key)
+        if value is None:
+            continue
+        if key == "attention":
+            out["mla"] = 1.0 if value == "mla" else 0.0
+        else:
+            out[key] = float(value)
+    return out

@@ -18,7 +18,8 @@ from ._numbers import Bool, Float, Int, ZeroStage, allowed_range
 from .errors import CosearchError
 from .model.burst import DEFAULT_INTERFERENCE
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
-from .presets import ARCH_FIELDS, preset
+from .model.moe import DEFAULT_LOAD_IMBALANCE
+from .presets import ARCH_FIELDS, moe_columns, preset
 
 
 class _Strict(BaseModel):
@@ -43,6 +44,24 @@ class ModelSpec(_Strict):
     vocab: Int = Field(gt=0, le=10**8)
     seq_len: Int = Field(gt=0, le=10**8)
     tied_embeddings: Bool = True
+    # --- issue 13: mixture of experts and attention kind (cosearch.model.moe); absent = dense ---
+    experts: Int = Field(0, ge=0, le=1 << 20, description="routed experts per MoE layer; 0 = dense")
+    top_k: Optional[Int] = Field(None, gt=0, le=1 << 20, description="routed experts per token")
+    expert_ffn_hidden: Optional[Int] = Field(None, gt=0, le=MAX_DIM, description="routed expert FFN width; default ffn_hidden")
+    shared_experts: Int = Field(0, ge=0, le=1 << 10, description="always-active experts per MoE layer")
+    shared_ffn_hidden: Optional[Int] = Field(None, gt=0, le=MAX_DIM, description="width of one shared expert; default expert_ffn_hidden")
+    dense_layers: Int = Field(0, ge=0, le=100_000, description="leading layers with a dense MLP (DeepSeek first_k_dense_replace)")
+    dense_ffn_hidden: Optional[Int] = Field(None, gt=0, le=MAX_DIM, description="MLP width of the dense layers; default ffn_hidden")
+    attention: Optional[Literal["mha", "gqa", "mla"]] = Field(
+        None, description="mha | gqa (kv_heads < heads) | mla (DeepSeek multi-head latent attention); default from kv_heads")
+    q_lora_rank: Optional[Int] = Field(None, ge=0, le=MAX_DIM, description="MLA query compression rank; 0 = none")
+    kv_lora_rank: Optional[Int] = Field(None, gt=0, le=MAX_DIM, description="MLA key-value compression rank")
+    qk_rope_head_dim: Optional[Int] = Field(None, gt=0, le=1 << 16, description="MLA decoupled RoPE head dim")
+    qk_nope_head_dim: Optional[Int] = Field(None, gt=0, le=1 << 16, description="MLA non-RoPE query/key head dim")
+    v_head_dim: Optional[Int] = Field(None, gt=0, le=1 << 16, description="MLA value head dim")
+    head_dim: Optional[Int] = Field(None, gt=0, le=1 << 16, description="attention head width; default hidden / heads")
+    routed_nodes_limit: Optional[Int] = Field(None, gt=0, le=1 << 20, description="most nodes a token is routed to "
+                                              "(DeepSeek-V3 node-limited routing: 4); takes effect with plan.moe_dispatcher: deepep")
 
     @model_validator(mode="after")
     def _defaults(self) -> "ModelSpec":
@@ -65,6 +84,8 @@ class TrainingSpec(_Strict):
         None, ge=1, le=MAX_TOKENS, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
     critical_batch_tokens: Optional[Float] = Field(
         None, ge=1, le=MAX_TOKENS, description="gradient noise scale B_noise in tokens (McCandlish et al. 2018); default infinite")
+    moe_load_imbalance: Float = Field(DEFAULT_LOAD_IMBALANCE, ge=1.0, le=100.0, description="busiest expert-parallel "
+                                      "rank's routed tokens over the mean (issue 13; default: Switch Transformer's capacity factor 1.25)")
 
 
 GpuCount = Annotated[Int, Field(ge=0, le=MAX_COUNT)]
@@ -129,6 +150,16 @@ class PlanSpec(_Strict):
     schedule: Optional[Literal["1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe"]] = Field(
         None, description="pipeline schedule (cosearch.model.schedules); default 1f1b, or interleaved when "
         "interleave > 1; zb-v needs interleave 2, dualpipe an even pp and >= 2*pp micro-batches")
+    # --- issue 13: expert parallelism (cosearch.model.moe) ---
+    ep: Int = Field(1, gt=0, le=MAX_COUNT, description="expert parallel size (Megatron --expert-model-parallel-size)")
+    etp: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="expert tensor parallel size; default tp")
+    capacity_factor: Optional[Float] = Field(None, gt=0, le=1e3, description="expert capacity over the mean load "
+                                             "(tokens over it are dropped); default none = dropless")
+    moe_a2a_overlap: Float = Field(0.0, ge=0.0, le=1.0, description="fraction of a MoE layer's compute that hides its "
+                                   "all-to-all (0: none; 1: DeepEP / 1F1B A2A overlap as far as compute lasts)")
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="alltoall: Megatron-Core's all-to-all (every token copy sent); deepep: one network "
+        "send per destination node, NVLink forwarding there (DeepEP, DeepSeek-V3 sec. 3.2.2)")
 
 
 class Scenario(_Strict):
@@ -232,7 +263,39 @@ def parse_scenario(data: Any) -> Scenario:
     if sc.plan.gpus_by_type is not None:
         raise CosearchError("plan.gpus_by_type", "needs cluster.inventory (GPUs of several types)")
     hardware.gpu(sc.cluster.gpu)  # unknown id -> error naming cluster.gpu
+    _check_moe(sc.model)
     return sc
+
+
+def _check_moe(m: ModelSpec) -> None:
+    """Consistency of the MoE / attention fields (issue 13), one-line errors naming the field."""
+    if m.experts == 0:
+        for key in ("top_k", "expert_ffn_hidden", "shared_ffn_hidden", "routed_nodes_limit"):
+            if getattr(m, key) is not None:
+                raise CosearchError(f"model.{key}", "needs model.experts > 0 (a mixture-of-experts model)")
+        if m.shared_experts or m.dense_layers:
+            key = "shared_experts" if m.shared_experts else "dense_layers"
+            raise CosearchError(f"model.{key}", "needs model.experts > 0 (a mixture-of-experts model)")
+    else:
+        if m.top_k is None or m.top_k > m.experts:
+            raise CosearchError("model.top_k", f"a MoE model needs 1 <= top_k <= experts ({m.experts}) (got {m.top_k})")
+        if m.dense_layers >= m.layers:
+            raise CosearchError("model.dense_layers", f"must be below model.layers ({m.layers}) (got {m.dense_layers})")
+    mla_keys = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+    if m.attention == "mla":
+        for key in mla_keys[1:]:
+            if getattr(m, key) is None:
+                raise CosearchError(f"model.{key}", "required with model.attention: mla")
+        if m.head_dim is not None:
+            raise CosearchError("model.head_dim", "not used with model.attention: mla (give qk_nope_head_dim, "
+                                "qk_rope_head_dim, v_head_dim)")
+    else:
+        for key in mla_keys:
+            if getattr(m, key) is not None:
+                raise CosearchError(f"model.{key}", "needs model.attention: mla")
+        if m.attention == "mha" and m.kv_heads != m.heads:
+            raise CosearchError("model.attention", f"mha needs kv_heads == heads ({m.heads}) (got kv_heads "
+                                f"{m.kv_heads}); use gqa")
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -273,6 +336,7 @@ def scenario_columns(sc: Scenario) -> dict[str, float]:
     """
     m, cl, pl = sc.model, sc.cluster, sc.plan
     cols: dict[str, float] = {k: getattr(m, k) for k in ARCH_FIELDS}
+    cols.update(moe_columns(m.__dict__))  # issue 13: MoE / MLA columns (absent: dense)
     for section in (sc.training, pl, cl):
         for key, value in section.__dict__.items():  # the fields: these sections hold only plain values
             if key not in INPUT_COLUMNS or value is None:

@@ -4,6 +4,10 @@ Draws 1,000,000 random configurations of a realistic space (7 model presets x 8 
 cluster sizes x every plan knob), evaluates them in one process pinned to one core, prints a table
 and, as its last line, a JSON object with ``configs_per_s``. Saves experiments/results/bench_model.json.
 
+``--moe`` (or ``BENCH_MOE=1``) benchmarks the MoE mix instead (issue 13): half the rows are MoE
+presets (Mixtral 8x7B, DeepSeek-V3, Qwen3-235B-A22B, GPT-OSS 120B) with ep, etp, capacity factor and
+all-to-all overlap drawn too, the other half the dense mix; results go to bench_model_moe.json.
+
 Also times the scalar path: one ``cosearch.estimate`` call on examples/gpt3-175b.yaml, given as a
 dict (validated into a Scenario on every call) and as a ready Scenario; median microseconds per call
 over ``BENCH_CALLS`` (2,000) calls each after a warm-up, the two taking turns in 10 rounds.
@@ -36,6 +40,8 @@ CALLS = int(os.environ.get("BENCH_CALLS", 2000))
 SCHEDULES = os.environ.get("BENCH_SCHEDULES") == "1"
 EXAMPLE = HERE.parent / "examples" / "gpt3-175b.yaml"
 MODELS = ["gpt3-175b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b", "mpt-30b", "megatron-1t"]
+MOE_MODELS = ["mixtral-8x7b", "deepseek-v3", "qwen3-235b-a22b", "gpt-oss-120b"]
+MOE = os.environ.get("BENCH_MOE") == "1" or "--moe" in sys.argv
 GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "gb200", "mi300x", "l40s"]
 
 
@@ -71,6 +77,31 @@ def random_space(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     return cols
 
 
+def moe_space(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The dense mix with half its rows replaced by MoE presets and expert-parallel plans."""
+    from cosearch.model.moe import MOE_INPUT_COLUMNS
+    from cosearch.presets import moe_columns
+
+    rng = np.random.default_rng(seed + 1)
+    cols = random_space(n, seed)
+    is_moe = rng.random(n) < 0.5
+    mi = rng.integers(len(MOE_MODELS), size=n)
+    arch = [preset(m) for m in MOE_MODELS]
+    for key in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "gated_mlp", "vocab", "seq_len", "tied_embeddings"):
+        cols[key] = np.where(is_moe, np.array([float(a[key]) for a in arch])[mi], cols[key])
+    extra = [moe_columns(a) for a in arch]
+    for key, default in MOE_INPUT_COLUMNS.items():
+        if any(key in e for e in extra):
+            cols[key] = np.where(is_moe, np.array([e.get(key, default) for e in extra])[mi], default)
+    ep = rng.choice([1, 2, 4, 8, 16, 32, 64], n).astype(float)
+    cols["ep"] = np.where(is_moe, ep, 1.0)
+    cols["etp"] = np.where(is_moe & (rng.random(n) < 0.5), 1.0, np.nan)
+    cols["capacity_factor"] = np.where(is_moe & (rng.random(n) < 0.3), 1.25, np.nan)
+    cols["moe_a2a_overlap"] = np.where(is_moe, rng.choice([0.0, 1.0], n), 0.0)
+    cols["sequence_parallel"] = np.where(is_moe, 1.0, cols["sequence_parallel"])
+    return cols
+
+
 def time_estimate(scenarios: dict, calls: int = CALLS, warmup: int = 200, rounds: int = 10) -> dict:
     """(median, lowest round median) seconds of one ``estimate(scenario)`` call for each scenario. The
     scenarios take turns in ``rounds`` rounds of ``calls / rounds`` calls, so that a noisy spell (this
@@ -101,7 +132,7 @@ def main() -> None:
     except (AttributeError, OSError):
         pass
     t0 = time.perf_counter()
-    cols = random_space(N)
+    cols = moe_space(N) if MOE else random_space(N)
     t_gen = time.perf_counter() - t0
     evaluate({k: v[:1000] for k, v in cols.items()})  # warm-up
     runs = []
@@ -129,7 +160,8 @@ def main() -> None:
     print(f"{'  given a dict':<36} {per_call_dict * 1e6:>15.1f} {quiet_dict * 1e6:>11.1f}")
     print(f"{'  given a Scenario':<36} {per_call_scenario * 1e6:>15.1f} {quiet_scenario * 1e6:>11.1f}")
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "bench_model.json").write_text(json.dumps(result, indent=2))
+    result["mix"] = "moe" if MOE else "dense"
+    (HERE / "results" / ("bench_model_moe.json" if MOE else "bench_model.json")).write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
 
 

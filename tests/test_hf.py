@@ -104,8 +104,8 @@ def test_unknown_model_type_and_missing_key_are_named(tmp_path):
 
 
 def test_unknown_model_field_beside_hf_config_is_named():
-    with pytest.raises(CosearchError, match="model.experts: unknown key"):
-        cosearch.load_scenario({**BASE, "model": {"hf_config": str(HF / "gpt2"), "experts": 8}})
+    with pytest.raises(CosearchError, match="model.expert_count: unknown key"):
+        cosearch.load_scenario({**BASE, "model": {"hf_config": str(HF / "gpt2"), "expert_count": 8}})
 
 
 def test_overrides_win_and_seq_len_defaults_to_max_position_embeddings():

@@ -134,6 +134,9 @@ def render(r: dict, console: Console) -> None:
     head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s" + band_text(r, "step_time_interval_s", ".3g", " s"))
     head.add_row("throughput", f"{_fmt(r['tokens_per_s'], ',.0f')} tokens/s")
     head.add_row("model TFLOP/s per GPU", f"{_fmt(r['model_tflops_per_gpu'], '.1f')}  (MFU {_fmt(100 * r['mfu'], '.1f')} %)")
+    if r.get("active_params") is not None and r["active_params"] < r["params"]:  # MoE: active vs total (issue 13)
+        head.add_row("parameters", f"{r['params'] / 1e9:,.1f}B total, {r['active_params'] / 1e9:,.1f}B active per token "
+                     f"(MFU counts active; ep={pl.get('ep', 1)} etp={pl.get('etp') or pl['tp']})")
     fit = "fits" if r["fits"] else "[red]DOES NOT FIT[/]"
     head.add_row("memory per GPU", f"{_fmt(r['memory_gib'], '.1f')} GiB of {_fmt(r['usable_memory_gib'], '.1f')} usable: {fit}")
     head.add_row("cost per step", f"${_fmt(r['cost_usd_per_step'], ',.2f')}")

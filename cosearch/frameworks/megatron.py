@@ -33,8 +33,20 @@ plan.zero_group (hybrid)       ``--num-distributed-optimizer-instances dp/zero_g
                                (with FSDP also ``--outer-dp-sharding-strategy no_shard``)
 plan.overlap_grad_reduce       ``--overlap-grad-reduce``
 plan.tp_comm_overlap           ``--tp-comm-overlap``
+model.experts / top_k          ``--num-experts`` ``--moe-router-topk`` ``--moe-grouped-gemm``
+                               ``--moe-token-dispatcher-type alltoall`` (plan.moe_dispatcher
+                               deepep: ``flex --moe-enable-deepep``)
+model.expert_ffn_hidden        ``--moe-ffn-hidden-size`` (``--ffn-hidden-size`` = dense_ffn_hidden)
+model.shared_experts           ``--moe-shared-expert-intermediate-size`` (shared_experts x width)
+model.dense_layers             ``--moe-layer-freq "([0]*d+[1]*(layers-d))"``
+model.attention mla            ``--multi-latent-attention --q-lora-rank --kv-lora-rank
+                               --qk-head-dim --qk-pos-emb-head-dim --v-head-dim``
+model.head_dim                 ``--kv-channels``
+plan.ep / etp                  ``--expert-model-parallel-size`` ``--expert-tensor-parallel-size``
+plan.capacity_factor           ``--moe-expert-capacity-factor`` (none: dropless, no flag)
 =============================  ===========================================================
 
+Refused: ``plan.moe_a2a_overlap`` > 0 (its Megatron switches differ across releases; set it by hand),
 Refused: pipeline schedules zb-h1, zb-v and dualpipe (Megatron-Core runs 1F1B and interleaved 1F1B),
 offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
 the Triton attention kernel, zero 2/3 with pipeline parallelism (Megatron FSDP has no pipeline).
@@ -70,7 +82,7 @@ def flags(sc: Scenario) -> list[str]:
     out = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--num-attention-heads", m.heads]
     if m.kv_heads != m.heads:
         out += ["--group-query-attention", "--num-query-groups", m.kv_heads]
-    out += ["--ffn-hidden-size", m.ffn_hidden]
+    out += ["--ffn-hidden-size", m.ffn_hidden if m.dense_ffn_hidden is None else m.dense_ffn_hidden]
     if m.gated_mlp:
         out += ["--swiglu"]
     out += ["--vocab-size", m.vocab, "--seq-length", m.seq_len, "--max-position-embeddings", m.seq_len]
@@ -106,7 +118,40 @@ def flags(sc: Scenario) -> list[str]:
         out += ["--overlap-grad-reduce"]
     if pl.tp_comm_overlap:
         out += ["--tp-comm-overlap"]
+    out += _moe_flags(sc)
     return [str(x) for x in out]
+
+
+def _moe_flags(sc: Scenario) -> list[Any]:
+    """MoE / MLA flags (issue 13); empty for a dense model with the default attention."""
+    m, pl = sc.model, sc.plan
+    out: list[Any] = []
+    if m.head_dim is not None:
+        out += ["--kv-channels", m.head_dim]
+    if m.attention == "mla":
+        out += ["--multi-latent-attention", "--q-lora-rank", m.q_lora_rank or 0, "--kv-lora-rank", m.kv_lora_rank,
+                "--qk-head-dim", m.qk_nope_head_dim, "--qk-pos-emb-head-dim", m.qk_rope_head_dim,
+                "--v-head-dim", m.v_head_dim]
+    if m.experts == 0:
+        return out
+    if pl.moe_a2a_overlap > 0:
+        raise refuse("plan.moe_a2a_overlap", "all-to-all overlap is not mapped to a Megatron-LM flag here; "
+                     "use 0 to export and set the release's overlap switches by hand")
+    out += ["--num-experts", m.experts, "--moe-router-topk", m.top_k, "--moe-grouped-gemm"]
+    out += (["--moe-token-dispatcher-type", "alltoall"] if pl.moe_dispatcher == "alltoall"
+            else ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"])
+    # routed_nodes_limit is not exported: Megatron's --moe-router-num-groups / --moe-router-group-topk
+    # name expert groups (DeepSeek-V3: n_group 8, topk_group 4), which the model does not carry
+    out += ["--moe-ffn-hidden-size", m.expert_ffn_hidden or m.ffn_hidden]
+    if m.shared_experts:
+        out += ["--moe-shared-expert-intermediate-size",
+                m.shared_experts * (m.shared_ffn_hidden or m.expert_ffn_hidden or m.ffn_hidden)]
+    if m.dense_layers:
+        out += ["--moe-layer-freq", f"([0]*{m.dense_layers}+[1]*{m.layers - m.dense_layers})"]
+    out += ["--expert-model-parallel-size", pl.ep, "--expert-tensor-parallel-size", pl.etp or pl.tp]
+    if pl.capacity_factor is not None:
+        out += ["--moe-expert-capacity-factor", pl.capacity_factor]
+    return out
 
 
 def export(sc: Scenario) -> str:
@@ -143,9 +188,9 @@ _VALUE = {
 }
 #: Flags that change the model or plan in ways cosearch does not model -> refused.
 _UNSUPPORTED = {
-    "--num-experts": "mixture-of-experts layers are not modelled (dense decoder only)",
-    "--expert-model-parallel-size": "expert parallelism is not modelled (dense decoder only)",
-    "--multi-latent-attention": "multi-latent attention is not modelled",
+    "--num-experts": "MoE flags are not read from launch arguments yet; give the model's MoE fields in a scenario",
+    "--expert-model-parallel-size": "expert parallelism is not read from launch arguments yet; use a scenario's plan.ep",
+    "--multi-latent-attention": "MLA flags are not read from launch arguments yet; use a scenario's model.attention: mla",
     "--decoder-first-pipeline-num-layers": "uneven pipeline stages are not modelled",
     "--decoder-last-pipeline-num-layers": "uneven pipeline stages are not modelled",
     "--pipeline-model-parallel-layout": "custom pipeline layouts are not modelled",

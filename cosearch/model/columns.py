@@ -68,6 +68,11 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "background_tokens_per_gpu_s": np.nan,  # its standalone rate; NaN: this model's compute rate on one GPU
     "schedule": np.nan,          # pipeline schedule code (schedules.SCHEDULE_CODES); NaN: 1F1B, interleaved when v > 1
 }
+# --- issue 13: mixture-of-experts and MLA columns (cosearch.model.moe); defaults = a dense model ---
+from .moe import DISPATCHER_CODES, MOE_INPUT_COLUMNS  # noqa: E402
+
+INPUT_COLUMNS.update(MOE_INPUT_COLUMNS)
+CATEGORICAL_CODES["moe_dispatcher"] = DISPATCHER_CODES
 
 
 def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
@@ -81,14 +86,20 @@ def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
 
 
 def broadcast_columns(cols: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """Fill defaults, derive ``dp`` when absent, and broadcast every column to one float64 shape."""
+    """Fill defaults, derive ``dp`` when absent, and broadcast every column to one float64 shape.
+
+    Exception: a mixture-of-experts column (``cosearch.model.moe``) the caller does not give stays a
+    0-d array of its (dense) default, which broadcasts wherever it is used; a dense batch then does
+    not pay for a dozen filled columns it never reads."""
     full = _full_columns(cols)
     if full["dp"] is None:
         full["dp"] = np.asarray(full["gpus"], dtype=float) / (
             np.asarray(full["tp"], dtype=float) * np.asarray(full["pp"], dtype=float) * np.asarray(full["cp"], dtype=float)
         )
-    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in full.values()))
-    return {k: np.ascontiguousarray(a) for k, a in zip(full, arrays)}
+    keys = [k for k in full if k in cols or k not in MOE_INPUT_COLUMNS or k == "dp"]
+    arrays = np.broadcast_arrays(*(np.asarray(full[k], dtype=float) for k in keys))
+    out = {k: np.ascontiguousarray(a) for k, a in zip(keys, arrays)}
+    return {k: out[k] if k in out else np.asarray(full[k], dtype=float) for k in full}
 
 
 def scalar_columns(cols: Mapping[str, object]) -> dict[str, float]:

@@ -27,6 +27,7 @@ from . import communication as comm
 from . import compute as kern
 from . import expansion as xp
 from . import flops as fl
+from . import moe
 from . import memory as mem
 from . import schedules as sch
 from .columns import broadcast_columns, scalar_columns
@@ -45,7 +46,8 @@ OPTIMIZER_TRAFFIC_BYTES = 28.0
 #: vocab_parallel_cross_entropy).
 LOGIT_BYTES = 6.0
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "offload")
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
+                  "offload")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations")
 #: Rows per pass of the model over a large input: each of its hundreds of temporaries then stays in
 #: the CPU cache (0.5 MB) instead of streaming 8 MB per million rows through memory; 2-3x faster on
@@ -64,7 +66,7 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         shape = next(iter(c.values())).shape
         if len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS:
-            return _evaluate(c, profile)
+            return _evaluate_parts(c, profile)
         return _evaluate_chunked(c, profile, shape[0])
 
 
@@ -75,11 +77,29 @@ def _evaluate_chunked(c: dict[str, np.ndarray], profile: Profile, n: int) -> dic
     deeppool = _deeppool_present(c)  # decided once, so that every slice has the same output columns
     for start in range(0, n, CHUNK_ROWS):
         stop = min(start + CHUNK_ROWS, n)
-        part = _evaluate({k: v[start:stop] for k, v in c.items()}, profile, deeppool=deeppool)
+        part = _evaluate_parts({k: v[start:stop] if v.ndim else v for k, v in c.items()}, profile, deeppool=deeppool)
         if not out:
             out = {k: np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
         for k, v in part.items():
             out[k][start:stop] = v
+    return out
+
+
+def _evaluate_parts(c: dict[str, np.ndarray], profile: Profile, **kw) -> dict[str, np.ndarray]:
+    """:func:`_evaluate`; a 1-D batch holding dense and MoE/MLA rows (issue 13) is evaluated in two parts
+    written back in place, so that neither pays for the other's physics (identical values)."""
+    split = moe.split_rows(c)
+    if split is None:
+        return _evaluate(c, profile, **kw)
+    kw.setdefault("deeppool", _deeppool_present(c))  # both parts give the same output columns
+    parts = [(idx, _evaluate({k: v[idx] if v.ndim else v for k, v in c.items()}, profile, **kw)) for idx in split]
+    shape = np.shape(c["gpus"])
+    out = {}
+    for key, first in parts[0][1].items():
+        arr = np.empty(shape, dtype=np.result_type(first, parts[1][1][key]))
+        for idx, part in parts:
+            arr[idx] = part[key]
+        out[key] = arr
     return out
 
 
@@ -186,6 +206,22 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem16 + cast_b
     act_fn_f = tok * kern.BYTES_16BIT * (2.0 + gated) * f / tp / hbm_Bps
     layer_r = ops.where(rc >= 2, layer_f, ops.where(rc >= 1, ops.where(std_attn > 0, attn_f, act_fn_f), 0.0))
+    act_layer, act_layer_none = mem.layer_activation_bytes(
+        s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, attn_kind, c["dropout"], fp8
+    )
+    layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
+    emb_loc = V * h / tp
+
+    # --- issue 13 hook: MoE / MLA / explicit head_dim rows replace the per-layer values (.moe) ----
+    ext = None
+    if moe.active(c):
+        ext = moe.terms(c, tok=tok, s_loc=s_loc, mb=mb, tp=tp, sp=sp, pp=pp, v=v, rc=rc, fp8=fp8, in_B=in_B,
+                        gemm_Fps=gemm_Fps, attn_Fps=attn_Fps, hbm_Bps=hbm_Bps, t0=t0, fabric=fabric,
+                        dense_layer_f=layer_f, dense_layer_b=layer_b, dense_layer_r=layer_r, dense_attn_f=attn_f,
+                        dense_attn_b=attn_b, dense_kv_loc=kv_loc, dense_act=act_layer, dense_act_none=act_layer_none,
+                        dense_params_layer=layer_params_loc, emb_loc=emb_loc)
+        layer_f, layer_b, layer_r, attn_f, attn_b, kv_loc = ext.layer_f, ext.layer_b, ext.layer_r, ext.attn_f, ext.attn_b, ext.kv_loc
+        act_layer, act_layer_none = ext.act_layer, ext.act_layer_none
 
     # logits on the last stage: forward GEMM, two backward GEMMs, and the fp32 cross-entropy passes
     logit_gemm = kern.gemm_time_s(tok, V / tp, h, gemm16_Fps, hbm_Bps, t0)
@@ -222,17 +258,20 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     pp_mb = ops.where(pp > 1, 2.0 * v * comm.p2p_s(p2p_bytes, pp_bw, pp_lat), 0.0)
 
     # --- parameters per GPU --------------------------------------------------------------------
-    layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
-    emb_loc = V * h / tp
     params_first = n_first * layer_params_loc + emb_loc + ops.where(pp > 1, 0.0, (1.0 - tied) * emb_loc)
     params_last = n_last * layer_params_loc + emb_loc
     params_mid = n_stage * layer_params_loc  # a full rank between them
+    if ext is not None:
+        params_first, params_last, params_mid = ext.params_first, ext.params_last, ext.params_mid
     # pipeline schedule (cosearch.model.schedules): NaN/1f1b/interleaved rows keep the 1F1B code path
     sched = c["schedule"]
     split_bwd = sch.uses_split_backward(sched)
     if split_bwd:  # ZB-V's V-shape and DualPipe's two copies change what each rank holds
         params_first, params_last, params_mid = sch.rank_params(sched, pp, tied, params_first, params_last, params_mid,
                                                                 emb_loc)
+        if ext is not None:  # the routed experts follow the same layout (no embedding among them)
+            ef, el, em = sch.rank_params(sched, pp, 1.0, ext.experts_first, ext.experts_last, ext.experts_mid, 0.0)
+            ext = ext._replace(experts_first=ef, experts_last=el, experts_mid=em)
     params_stage = ops.maximum(ops.maximum(params_first, params_last), ops.where(pp > 2, params_mid, 0.0))
 
     # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
@@ -240,13 +279,22 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     gather = coll.collective_s("all_gather", c["dp_collective"], params_stage * kern.BYTES_16BIT, zg, tp * cp, fabric,
                                calls=n_stage)
     z3 = (zero >= 3) & (zg > 1)
+    if ext is not None:  # FSDP + EP: routed-expert weights are gathered over the expert-data-parallel group
+        experts_stage = ops.maximum(ops.maximum(ext.experts_first, ext.experts_last), ops.where(pp > 2, ext.experts_mid, 0.0))
+        gather = gather + ops.where((zero >= 3) & (ext.edp > 1) & (experts_stage > 0), coll.collective_s(
+            "all_gather", c["dp_collective"], experts_stage * kern.BYTES_16BIT, ext.edp, ext.edp_stride, fabric,
+            calls=n_stage), 0.0)
+        z3 = (zero >= 3) & ((zg > 1) | ((ext.edp > 1) & (experts_stage > 0)))
     c_f = n_stage * layer_f + logits_f
     c_b = n_stage * layer_b + logits_b
     c_r = n_stage * layer_r
     tp_mb = n_stage * (tp_layer_f + tp_layer_b)
     cp_mb = n_stage * (cp_layer_f + cp_layer_b)
+    ep_mb = 0.0 if ext is None else n_stage * (ext.ep_f + ext.ep_b)  # exposed expert all-to-all
     work_f = c_f + n_stage * (tp_layer_f + cp_layer_f)          # forward of one micro-batch
     work_b = c_b + c_r + n_stage * (tp_layer_b + cp_layer_b)    # its backward (with recompute)
+    if ext is not None:
+        work_f, work_b = work_f + n_stage * ext.ep_f, work_b + n_stage * ext.ep_b
     first_layer = gather / ops.maximum(n_stage, 1.0)              # nothing to hide the first gather
     fsdp_hidden_f = ops.where(z3, ops.minimum(gather, p.fsdp_overlap * work_f), 0.0)
     fsdp_hidden_b = ops.where(z3, ops.minimum(2.0 * gather, p.fsdp_overlap * work_b), 0.0)
@@ -258,9 +306,6 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # memory expansion tier: per-micro-batch weight/gradient streaming and activation offload
     off = c["offload"]
     any_offload = bool(ops.any(off > 0))
-    act_layer, act_layer_none = mem.layer_activation_bytes(
-        s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, attn_kind, c["dropout"], fp8
-    )
     exp_Bps = xp.expansion_Bps(c["expansion_gbps"])
     if any_offload:
         off_opt, off_w, off_act = xp.offloads(off, xp.OPTIMIZER), xp.offloads(off, xp.WEIGHTS), xp.offloads(off, xp.ACTIVATIONS)
@@ -287,6 +332,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     rep_stride = ops.where(z3 & (dp > zg), tp * zg, tp)
     dp_bytes = ops.where(z3, grad_bytes / zg, grad_bytes)
     dp_total = ops.where(rep > 1, coll.collective_s("all_reduce", c["dp_collective"], dp_bytes, rep, rep_stride, fabric), 0.0)
+    if ext is not None:  # routed-expert gradients: reduced over the expert-data-parallel group (FSDP: reduce-scattered per micro-batch)
+        dp_total = dp_total + ops.where((ext.edp > 1) & (zero < 3) & (experts_stage > 0), coll.collective_s(
+            "all_reduce", c["dp_collective"], experts_stage * mem.GRAD_BYTES, ext.edp, ext.edp_stride, fabric), 0.0)
     # hidden behind the last micro-batch's backward (as long as its tier transfers make it), in the
     # time FSDP traffic leaves free
     # (the backward slot less the network time its FSDP traffic takes: the window FSDP leaves, plus the
@@ -296,6 +344,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     dp_exposed = ops.maximum(dp_total - hide_b, 0.0)
 
     owned = params_stage / ops.where(zero >= 1, opt_group, 1.0)
+    if ext is not None:
+        owned = owned + experts_stage / ops.where(zero >= 1, ext.edp, 1.0)
     optimizer = owned * OPTIMIZER_TRAFFIC_BYTES / hbm_Bps
     if any_offload:
         # ZeRO-Offload: gradient shards go down while the reduction runs (other link, same window),
@@ -313,6 +363,15 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
 
     # --- memory -----------------------------------------------------------------------------------
     working = ops.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
+    if ext is not None:
+        working = working + ext.dispatch_buf                  # one layer's all-to-all buffers
+
+    def states(params, experts_key):
+        w_, g_, o_ = mem.model_state_bytes(params, zero, opt_group, fp8)
+        if ext is None:
+            return w_, g_, o_
+        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8)
+        return w_ + we, g_ + ge, o_ + oe
     logits_buf = tok * (V / tp) * LOGIT_BYTES
     # gathered ZeRO-3 parameters: PyTorch FSDP holds the current and the prefetched wrapped layer;
     # DeepSpeed caps live gathered parameters (stage3_max_live_parameters), gathering sub-modules, so
@@ -321,18 +380,20 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     largest_sub = h * f * (1.0 + gated) / tp
     gathered = ops.where(ops.isnan(live), 2.0 * layer_params_loc,
                          ops.minimum(2.0 * layer_params_loc, ops.maximum(live, largest_sub)))
+    if ext is not None:
+        gathered = gathered + ops.where(zero >= 3, 2.0 * ext.experts_layer, 0.0)
     z3_buffers = ops.where(z3, gathered * kern.BYTES_16BIT, 0.0)
     # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
     # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits
     stored_first = mem.inflight_layers(n_first, pp, v, m) * act_layer
-    w1, g1, o1 = mem.model_state_bytes(params_first, zero, opt_group, fp8)
+    w1, g1, o1 = states(params_first, "experts_first")
     stored_mid = mem.inflight_layers(n_stage, pp, v, m, rank=1) * act_layer
-    wm, gm, om = mem.model_state_bytes(params_mid, zero, opt_group, fp8)
+    wm, gm, om = states(params_mid, "experts_mid")
     use_mid = (pp > 2) & (n_first < n_stage) & (wm + gm + om + stored_mid > w1 + g1 + o1 + stored_first)
     w1, g1, o1 = ops.where(use_mid, wm, w1), ops.where(use_mid, gm, g1), ops.where(use_mid, om, o1)
     stored_first = ops.where(use_mid, stored_mid, stored_first)
     stored_last = n_last * act_layer
-    w2, g2, o2 = mem.model_state_bytes(params_last, zero, opt_group, fp8)
+    w2, g2, o2 = states(params_last, "experts_last")
     logits_first, logits_last = ops.where(pp > 1, 0.0, logits_buf), logits_buf
     if split_bwd:  # in-flight micro-batches, ZB-H1's deferred W passes, where the loss sits (schedules.py)
         m_w = sch.wgrad_activation_bytes(s_loc, mb, h_rep, h / tp, kv_loc, f / tp, gated, fp8)
@@ -378,6 +439,13 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
     model_flops = fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step
+    total_flops, params, active_params = model_flops, fl.total_params(L, h, a, kvh, f, gated, V, tied), None
+    if ext is not None:  # MoE: model FLOPs of the active parameters (MFU, as MoE papers), and of all of them
+        pt, pa = moe.param_counts(c, ext.widths)
+        fa, ft = moe.flops_per_token(c, (pt, pa), ext.widths)
+        model_flops = ops.where(ext.rows, fa * tokens_step, model_flops)
+        total_flops = ops.where(ext.rows, ft * tokens_step, model_flops)
+        params, active_params = ops.where(ext.rows, pt, params), ops.where(ext.rows, pa, params)
     # hardware FLOPs add what is recomputed: the whole forward of each layer (full), or the attention
     # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
     attn_core = L * fl.attention_flops_per_token(h, s) * tokens_step
@@ -422,11 +490,14 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         "gpus": gpus,
         "dp": dp,
         "num_microbatches": m,
-        "params": fl.total_params(L, h, a, kvh, f, gated, V, tied),
+        "params": params,
+        "active_params": params if active_params is None else active_params,
+        "total_param_tflops_per_gpu": total_flops / (step * gpus) / 1e12,
         "time_compute_s": m * (c_f + c_b),
         "time_recompute_s": m * c_r,
         "time_tp_comm_s": m * tp_mb,
         "time_cp_comm_s": m * cp_mb,
+        "time_ep_comm_s": m * ep_mb + ops.zeros_like(step),
         "time_pp_comm_s": m * pp_mb,
         "time_dp_comm_s": m * fsdp_mb + dp_exposed,
         "time_bubble_s": bubble,

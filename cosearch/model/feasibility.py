@@ -105,6 +105,50 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _etp(c):
+    return ops.where(ops.isnan(c["etp"]), c["tp"], c["etp"])
+
+
+#: Mixture-of-experts rules (issue 13, cosearch.model.moe), checked only when some row has experts,
+#: ep > 1, an explicit etp or a capacity factor. Megatron-Core (core_r0.14 arguments.py and
+#: parallel_state.initialize_model_parallel): num_experts % ep == 0; etp * ep * pp divides the world,
+#: i.e. etp * ep divides tp * cp * dp (with etp = tp: ep divides dp * cp); sequence parallelism is
+#: required when ep > 1 and tp > 1.
+MOE_RULES: tuple[Rule, ...] = (
+    Rule("model.experts", lambda c: (c["experts"] >= 0) & _is_int(c["experts"]) & ((c["experts"] == 0) | (
+        (c["top_k"] >= 1) & (c["top_k"] <= c["experts"]) & _is_int(c["top_k"]))),
+         "experts must be a non-negative integer and 1 <= top_k <= experts (got {experts:g}, {top_k:g})"),
+    Rule("plan.ep", lambda c: (c["ep"] >= 1) & _is_int(c["ep"]) & ((c["ep"] == 1) | (c["experts"] > 0)),
+         "ep ({ep:g}) must be a positive integer, and ep > 1 needs model.experts"),
+    Rule("plan.ep", lambda c: (c["experts"] == 0) | _divides(c["ep"], c["experts"]),
+         "ep ({ep:g}) must divide model.experts ({experts:g})"),
+    Rule("plan.etp", lambda c: ops.isnan(c["etp"]) | ((c["etp"] >= 1) & _is_int(c["etp"])),
+         "etp must be a positive integer (got {etp:g})"),
+    Rule("plan.etp", lambda c: (c["experts"] == 0) | _divides(_etp(c), ops.where(
+        ops.isnan(c["expert_ffn_hidden"]), c["ffn_hidden"], c["expert_ffn_hidden"])),
+         "etp must divide model.expert_ffn_hidden"),
+    Rule("plan.ep", lambda c: _divides(c["ep"] * _etp(c), c["tp"] * c["cp"] * c["dp"]),
+         "ep*etp ({ep:g}*etp) must divide tp*cp*dp ({tp:.0f}*{cp:.0f}*{dp:g}) (Megatron-Core: with etp = tp, ep divides dp*cp)"),
+    Rule("plan.sequence_parallel", lambda c: (c["ep"] == 1) | (c["tp"] == 1) | (c["sequence_parallel"] > 0),
+         "ep > 1 with tp > 1 needs sequence_parallel: true (Megatron-Core)"),
+    Rule("plan.capacity_factor", lambda c: ops.isnan(c["capacity_factor"]) | (c["capacity_factor"] > 0),
+         "capacity_factor must be > 0 (or none: dropless)"),
+    Rule("plan.burst", lambda c: (c["experts"] == 0) | (c["burst"] != 1.0),
+         "DeepPool burst parallelism with experts is not modelled (allowed: false)"),
+)
+DENSE_RULES = RULES
+RULES = DENSE_RULES + MOE_RULES
+
+
+def _moe_rules_apply(cols) -> bool:
+    return (ops.any(cols["experts"] != 0) or ops.any(cols["ep"] != 1) or not ops.all(ops.isnan(cols["etp"]))
+            or not ops.all(ops.isnan(cols["capacity_factor"])))
+
+
+def _rules(cols) -> tuple[Rule, ...]:
+    return RULES if _moe_rules_apply(cols) else DENSE_RULES
+
+
 def _dualpipe_ok(c):
     """DualPipe.step() asserts num_ranks % 2 == 0, num_chunks % 2 == 0 and num_chunks >= 2*num_ranks
     (deepseek-ai/DualPipe dualpipe/dualpipe.py); each rank holds one chunk per direction (interleave 1)."""
@@ -116,7 +160,7 @@ def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """True where a configuration satisfies every rule (a plain bool for plain-float columns)."""
     if ops.is_scalar(cols["gpus"]):
         try:
-            for rule in RULES:
+            for rule in _rules(cols):
                 if not rule.ok(cols):
                     return False
             return True
@@ -125,7 +169,7 @@ def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         ok = np.ones(np.shape(cols["gpus"]), dtype=bool)
         no_schedule = bool(np.isnan(cols["schedule"]).all())
-        for rule in RULES:
+        for rule in _rules(cols):
             if no_schedule and rule.field == _SCHEDULE_FIELD:
                 continue
             ok &= rule.ok(cols)
@@ -138,7 +182,7 @@ def check_scalar(cols: Mapping[str, np.ndarray]) -> None:
     ``cols``: plain floats (:func:`cosearch.model.columns.scalar_columns`) or arrays of one element."""
     if ops.is_scalar(cols["gpus"]):
         try:
-            failed = next((rule for rule in RULES if not rule.ok(cols)), None)
+            failed = next((rule for rule in _rules(cols) if not rule.ok(cols)), None)
         except (ArithmeticError, ValueError):  # Python floats divided by zero: decide on 0-d arrays
             return check_scalar({k: np.asarray(v, dtype=float) for k, v in cols.items()})
         if failed is not None:
@@ -146,7 +190,7 @@ def check_scalar(cols: Mapping[str, np.ndarray]) -> None:
             raise CosearchError(failed.field, failed.message.format(**values))
         return
     with np.errstate(invalid="ignore", divide="ignore"):
-        for rule in RULES:
+        for rule in _rules(cols):
             if not bool(ops.all(rule.ok(cols))):
                 values = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in cols.items()}
                 raise CosearchError(rule.field, rule.message.format(**values))

@@ -67,7 +67,10 @@ def composable(sh) -> np.ndarray:
     for key in ("burst", "multiplex"):
         v = np.asarray(sh.get(key, np.nan), dtype=float)
         ok = ok & (np.isnan(v) | (v == 0.0))
-    return ok
+    # issue 13: MoE / MLA / head_dim rows are not composed across types (their per-layer parts differ)
+    for key, dense in (("experts", 0.0), ("mla", 0.0), ("ep", 1.0)):
+        ok = ok & (np.asarray(sh.get(key, dense), dtype=float) == dense)
+    return ok & np.isnan(np.asarray(sh.get("head_dim", np.nan), dtype=float))
 
 
 def _pipeline(sh, hws, use, p: Profile):
@@ -158,6 +161,7 @@ def _pipeline(sh, hws, use, p: Profile):
         "recompute": m * nb * at_b("layer_recompute_s"), "tp_comm": m * nb * at_b("layer_tp_s"),
         "cp_comm": m * nb * at_b("layer_cp_s"), "pp_comm": m * pp_mb, "dp_comm": dp_exp[gend, rows],
         "bubble": fill - t_max, "optimizer": end_max - dp_exp[gend, rows], "offload": np.zeros(n),
+        "ep_comm": np.zeros(n),  # MoE rows are not composed (composable)
     }
     busy = m * np.sum(np.where(cnt > 0, units * (per_type("layer_compute_s") + per_type("layer_recompute_s"))
                                + last * per_type("logits_s"), 0.0), axis=0)
@@ -222,7 +226,7 @@ def _data(sh, hws, use, p: Profile):
         return np.array([np.broadcast_to(o[key], (n,)) for o in outs])[kb, rows] / m_call_k[kb, rows]
     m_call_k = np.array([np.broadcast_to(o["num_microbatches"], (n,)) for o in outs])
     brk = {k: nb * per_mb(f"time_{k}_s") for k in ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm")}
-    brk.update(bubble=b * slot[kb, rows], dp_comm=dp_exp, optimizer=opt, offload=np.zeros(n))
+    brk.update(bubble=b * slot[kb, rows], dp_comm=dp_exp, optimizer=opt, offload=np.zeros(n), ep_comm=np.zeros(n))
     comp = np.array([np.broadcast_to((o["time_compute_s"] + o["time_recompute_s"]) / o["num_microbatches"], (n,))
                      for o in outs])
     busy = np.sum(units * comp, axis=0)
@@ -272,12 +276,14 @@ def _metrics(sh, r, hws, use, red_total=None):
         "gpus": gpus, "dp": r["dp"], "num_microbatches": r["m"],
         "params": fl.total_params(sh["layers"], sh["hidden"], sh["heads"], sh["kv_heads"], sh["ffn_hidden"],
                                   sh["gated_mlp"], sh["vocab"], sh["tied_embeddings"]),
+        "total_param_tflops_per_gpu": mt,  # issue 13 outputs: dense rows only here, active = total
         "dp_comm_total_s": r["brk"]["dp_comm"], "expansion_used_gib": np.zeros(n), "expansion_fits": np.ones(n, bool),
         "idle_share": 1.0 - r["busy_frac"],
         "step_time_low_s": step * lo, "step_time_high_s": step * hi,
         "time_to_train_low_days": train_s / SECONDS_PER_DAY * lo, "time_to_train_high_days": train_s / SECONDS_PER_DAY * hi,
         "cost_to_train_low_usd": usd_h * train_s / 3600.0 * lo, "cost_to_train_high_usd": usd_h * train_s / 3600.0 * hi,
     }
+    out["active_params"] = out["params"]
     for k in BREAKDOWN_KEYS:
         out[f"time_{k}_s"] = r["brk"][k]
     for k, v in r["mem_parts"].items():

@@ -10,7 +10,8 @@ from ..cloud import CloudSpec, instance_columns
 from ..cloud.provision import derived_cluster
 from ..errors import CosearchError
 from ..model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
-from ..presets import ARCH_FIELDS, preset
+from ..model.moe import MOE_MODEL_COLUMNS
+from ..presets import ARCH_FIELDS, moe_columns, preset
 from ..scenario import HARDWARE_OVERRIDES
 from ._cloud import cloud_columns
 from ._names import _SIZE_KEYS, SECTIONS
@@ -35,6 +36,7 @@ def columns(space: "SearchSpace", assign: Mapping[str, Sequence[Any] | np.ndarra
         arch = preset(model) if isinstance(model, str) else dict(model)
         for key in ARCH_FIELDS:
             cols[key] = get.number(f"model.{key}", _arch_default(key, arch) if key not in arch else arch[key])
+    _moe_model_columns(cols, model, get)  # issue 13: MoE / MLA columns
     # training
     cols["global_batch"] = get.number("training.global_batch")
     cols["tokens"] = get.number("training.tokens", np.nan)
@@ -129,6 +131,23 @@ def scenario(space: "SearchSpace", values: Mapping[str, Any]) -> dict[str, Any]:
     elif "gpus" not in cluster and plan.get("dp") is not None:
         cluster["gpus"] = _plain(plan.get("tp", 1) * plan.get("pp", 1) * plan.get("cp", 1) * plan["dp"])
     return sc
+
+
+def _moe_model_columns(cols: dict[str, Any], model: Any, get: _Resolver) -> None:
+    """The MoE/MLA model columns (cosearch.model.moe) of a preset (fixed or chosen) or explicit fields."""
+    if isinstance(model, _Cat):
+        table = {name: moe_columns(preset(name)) for name in model.names}
+        for key in MOE_MODEL_COLUMNS:
+            if any(key in t for t in table.values()):
+                cols[key] = model.lookup(lambda nm, key=key: float(table[nm].get(key, INPUT_COLUMNS[key])))
+        return
+    arch = preset(model) if isinstance(model, str) else dict(model)
+    fixed = moe_columns({k: v for k, v in arch.items() if not isinstance(v, (list, dict))})
+    for key in MOE_MODEL_COLUMNS:
+        if key != "mla" and get.has(f"model.{key}"):
+            cols[key] = get.number(f"model.{key}")
+        elif key in fixed:
+            cols[key] = fixed[key]
 
 
 def _arch_default(key: str, arch: Mapping[str, Any]) -> Any:

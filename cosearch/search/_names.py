@@ -1,7 +1,7 @@
 """Names a search space speaks: objective metrics, budget constraints, sections, structural knobs."""
 from __future__ import annotations
 
-from ..presets import ARCH_FIELDS
+from ..presets import ARCH_FIELDS, MOE_ARCH_FIELDS
 
 #: Metrics a study may optimize, and their direction.
 MAXIMIZE = {"mfu", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "total_tokens_per_s",
@@ -44,7 +44,9 @@ STRUCTURAL = {
     "model", "training.global_batch", "training.attention", "training.precision", "cluster.gpu", "cluster.gpus",
     "cluster.nodes", "cluster.gpus_per_node", "plan.tp", "plan.pp", "plan.cp", "plan.dp", "plan.microbatch",
     "plan.interleave", "plan.zero_group", "plan.schedule", "cloud.instance", "cloud.instances",
-} | {f"model.{k}" for k in ARCH_FIELDS}
+} | {f"model.{k}" for k in ARCH_FIELDS} | {f"model.{k}" for k in MOE_ARCH_FIELDS} | {"plan.ep", "plan.etp"}
+#: Plan knobs whose null choice means their default (issue 13: etp = tp, capacity_factor none = dropless).
+NULLABLE_PLAN = ("plan.etp", "plan.capacity_factor")
 #: Largest structural sub-product enumerated for pruning.
 PRUNE_LIMIT = 1 << 21
 

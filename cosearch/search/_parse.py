@@ -15,7 +15,7 @@ from ..scenario import HARDWARE_OVERRIDES
 from ._choices import _check_choices
 from ._limits import MAX_TOTAL_CHOICES, _short, check_count, check_number, is_number
 from ._cloud import _check_cloud_space, _expand_cloud
-from ._names import _BAND, _CLOUD_ONLY, _DEEPPOOL, _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, SECTIONS
+from ._names import NULLABLE_PLAN, _BAND, _CLOUD_ONLY, _DEEPPOOL, _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, SECTIONS
 from ._values import Dimension, _all_numeric, _jsonable, _set_path
 
 
@@ -28,8 +28,10 @@ def _dimension(path: str, spec: Any) -> Dimension:
             if is_number(v):
                 check_number(path, "a choice", v)
         if any(v is None for v in spec):
-            if not (path.startswith("cluster.") and path.split(".", 1)[1] in HARDWARE_OVERRIDES):
-                raise CosearchError(path, "null (catalog value) is allowed only in cluster hardware overrides")
+            if not ((path.startswith("cluster.") and path.split(".", 1)[1] in HARDWARE_OVERRIDES)
+                    or path in NULLABLE_PLAN):
+                raise CosearchError(path, "null (catalog value) is allowed only in cluster hardware overrides "
+                                    f"and {', '.join(NULLABLE_PLAN)}")
             rest = [v for v in spec if v is not None]
             if not rest or not _all_numeric(rest) or isinstance(rest[0], bool):
                 raise CosearchError(path, "null may only stand beside numbers")

@@ -1,0 +1,390 @@
+"""Mixture-of-experts layers, MLA attention and expert parallelism (issue 13).
+
+A row is *extended* when its model has routed experts (``experts > 0``), multi-head latent attention
+(``mla``) or an explicit ``head_dim`` (Qwen3, GPT-OSS: heads x head_dim != hidden). Dense rows never
+enter this module (:func:`active` is False when no row is extended, and the evaluator skips it).
+
+Architecture (per layer, parameters; the training FLOPs of a weight are 6 per token):
+* attention, GQA/MHA with head dim d: h*a*d (Q) + 2*h*kvh*d (K, V) + a*d*h (output).
+* attention, MLA (DeepSeek-V2, Liu et al. 2024, arXiv 2405.04434 sec. 2.1, eqs. 9-19): down
+  projections h*q_lora (Q; a direct h*a*d_qk projection when q_lora_rank is 0) and
+  h*(kv_lora + d_rope) (compressed KV plus the shared RoPE key), up projections q_lora*a*d_qk and
+  kv_lora*a*(d_nope + d_v), output a*d_v*h; d_qk = d_nope + d_rope. Training does not absorb the up
+  projections. The down projections are replicated over TP ranks (Megatron-Core MLA), the rest split.
+* MoE MLP (Fedus et al. 2022; DeepSeekMoE, Dai et al. 2024): router h*E, E routed experts of
+  (2 + gated)*h*f_e each, of which top_k act per token, and shared experts (2 + gated)*h*f_s each;
+  the first ``dense_layers`` layers keep a dense MLP of width ``dense_ffn_hidden`` (DeepSeek-V3:
+  ``first_k_dense_replace = 3``).
+Active parameters count top_k of the E routed experts (the convention of MoE papers: DeepSeek-V3
+"671B total, 37B activated"); model FLOPs for MFU use the active parameters.
+
+Parallelism (Megatron-Core >= core_r0.10, "MoE parallel folding", Liu et al. 2025, arXiv
+2504.14960): inside a pipeline stage the attention ranks are ordered tp-cp-dp and the expert ranks
+etp-ep-edp, so the expert-parallel group has ``ep`` ranks at stride ``etp`` and the expert-data-
+parallel group edp = tp*cp*dp / (ep*etp) ranks at stride ep*etp (``etp`` defaults to tp). Expert
+weights are split over ep (whole experts) and etp (the FFN width); their gradients are reduced
+and (distributed optimizer) their optimizer states sharded over edp; under FSDP (zero 3, torchtitan's
+FSDP + EP) their weights too, gathered per layer over edp like the dense weights over the zero group.
+
+Per micro-batch and MoE layer a GPU holding t tokens (t/tp under sequence parallelism) dispatches
+t*top_k token copies of h values to the expert ranks and combines as many back (all-to-all, Lepikhin
+et al. 2021 GShard); a fraction (ep-1)/ep leaves the GPU, split between NVLink peers (EP ranks in its
+NVLink domain) and network peers. Backward repeats both; full recompute repeats the forward pair.
+With ``plan.moe_dispatcher: deepep`` (DeepEP, the kernels of DeepSeek-V3 sec. 3.2.2) a token
+crosses the network once per destination node, not once per expert copy, and is forwarded to its
+experts' GPUs over NVLink there; a token reaches on average (n-1)*(1 - (1 - 1/n)^top_k) of the n-1
+other nodes of its EP group (uniform routing), at most ``routed_nodes_limit`` (DeepSeek-V3's
+node-limited routing, M = 4). Under fp8 the dispatch is sent in fp8 and the combine in bf16 (DeepSeek-V3, arXiv 2412.19437 sec.
+3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
+imbalance (max / mean tokens per EP rank), capped by the capacity factor when tokens are dropped.
+
+Approximations (stated): the expert-tensor-parallel all-gather / reduce-scatter of routed tokens is
+not charged apart from the dense model's two TP collectives per layer; the slowest pipeline stage is
+taken to hold MoE layers only (leading dense layers count only without pipelining), and activations
+per layer are those of the first stage's mix; alternating dense/MoE layers (Llama 4 Maverick) are
+modelled as leading ones; attention is the fused (flash) kernel; offloading to an expansion tier
+moves the dense states only.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _ops as ops
+from . import compute as kern
+from . import communication as comm
+from . import memory as mem
+
+#: Busiest EP rank's tokens over the mean when the plan does not state it (``training.moe_load_imbalance``).
+#: Switch Transformer (Fedus et al. 2022, JMLR, sec. 2.2 and Table 1) trains with capacity factor 1.25:
+#: the headroom over a perfectly balanced expert that lets all but a few tokens through, i.e. the
+#: busiest expert carries about 1.25x the mean. A stated assumption, to be searched or measured.
+DEFAULT_LOAD_IMBALANCE = 1.25
+#: Rows of one tile of a grouped GEMM: each expert's token segment is padded to the GEMM's M block
+#: (DeepGEMM contiguous layout, "each expert segment must be aligned to the GEMM M block size"; 128
+#: on Hopper), so an expert with m tokens costs ceil(m/128)*128 rows.
+GROUPED_GEMM_TILE_M = 128.0
+#: Grouped-GEMM rate relative to one dense GEMM of the same total shape. DeepGEMM README (H800, fp8):
+#: 8 groups x M 4096, N 4096, K 7168 ran at 1,288 TFLOPS where one 4096 x 4096 x 7168 GEMM ran at 1,304:
+#: 0.988. Small per-expert M is charged separately (tile padding, per-expert weight reads).
+GROUPED_GEMM_RELATIVE = 0.988
+
+#: Input columns this module adds (name -> default; the defaults describe a dense model).
+MOE_MODEL_COLUMNS = (
+    "experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "dense_layers",
+    "dense_ffn_hidden", "mla", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+    "v_head_dim", "head_dim", "routed_nodes_limit",
+)
+#: Token dispatchers (``plan.moe_dispatcher``): Megatron-Core's all-to-all, or DeepEP's node-deduplicated one.
+DISPATCHER_CODES = {"alltoall": 0, "deepep": 1}
+MOE_INPUT_COLUMNS: dict[str, float] = {
+    "experts": 0.0,             # routed experts per MoE layer; 0 = dense model
+    "top_k": 0.0,               # experts per token
+    "expert_ffn_hidden": np.nan,  # routed expert FFN width; NaN = ffn_hidden
+    "shared_experts": 0.0,      # always-active experts per MoE layer
+    "shared_ffn_hidden": np.nan,  # width of one shared expert; NaN = expert_ffn_hidden
+    "dense_layers": 0.0,        # leading layers with a dense MLP
+    "dense_ffn_hidden": np.nan,  # their MLP width; NaN = ffn_hidden
+    "mla": 0.0,                 # 1: multi-head latent attention (model.attention: mla)
+    "q_lora_rank": 0.0, "kv_lora_rank": 0.0, "qk_rope_head_dim": 0.0, "qk_nope_head_dim": 0.0, "v_head_dim": 0.0,
+    "head_dim": np.nan,         # attention head width; NaN = hidden / heads
+    "routed_nodes_limit": 0.0,  # most nodes a token is routed to (DeepSeek-V3: 4); 0 = no limit
+    "moe_dispatcher": 0.0,      # DISPATCHER_CODES
+    "ep": 1.0,                  # expert parallel size
+    "etp": np.nan,              # expert tensor parallel size; NaN = tp (Megatron-Core's default)
+    "capacity_factor": np.nan,  # expert capacity / mean load; NaN = dropless
+    "moe_a2a_overlap": 0.0,     # fraction of a layer's compute that can hide its all-to-all (0..1)
+    "moe_load_imbalance": DEFAULT_LOAD_IMBALANCE,
+}
+
+
+def active(c) -> bool:
+    """True when some row needs this module (experts, MLA, an explicit head_dim, or ep > 1)."""
+    return (ops.any(c["experts"] > 0) or ops.any(c["mla"] > 0) or ops.any(c["ep"] > 1)
+            or not ops.all(ops.isnan(c["head_dim"])))
+
+
+def split_rows(c):
+    """(dense row indices, extended row indices) of a 1-D batch that holds both, else None: the
+    evaluator runs the two apart so that neither pays for the other's physics."""
+    gpus = c["gpus"]
+    if np.ndim(gpus) != 1 or gpus.size < 2 or not active(c):
+        return None
+    ext = np.broadcast_to((c["experts"] > 0) | (c["mla"] > 0) | ~np.isnan(c["head_dim"]), gpus.shape)
+    n_ext = int(np.count_nonzero(ext))
+    if n_ext == 0 or n_ext == ext.size:
+        return None
+    return np.flatnonzero(~ext), np.flatnonzero(ext)
+
+
+def widths(c):
+    """Resolved widths: (f_expert, f_dense, f_shared_total, head_dim, d_qk, d_v)."""
+    f, mla = c["ffn_hidden"], c["mla"] > 0
+    fe = ops.where(ops.isnan(c["expert_ffn_hidden"]), f, c["expert_ffn_hidden"])
+    fd = ops.where(ops.isnan(c["dense_ffn_hidden"]), f, c["dense_ffn_hidden"])
+    fs = c["shared_experts"] * ops.where(ops.isnan(c["shared_ffn_hidden"]), fe, c["shared_ffn_hidden"])
+    d = ops.where(ops.isnan(c["head_dim"]), c["hidden"] / c["heads"], c["head_dim"])
+    d_qk = ops.where(mla, c["qk_nope_head_dim"] + c["qk_rope_head_dim"], d)
+    d_v = ops.where(mla, c["v_head_dim"], d)
+    return fe, fd, fs, d, d_qk, d_v
+
+
+def attention_params(c, tp=1.0, w=None):
+    """(parameters of one attention block, of them on one TP rank); ``w``: :func:`widths` if known."""
+    h, a, kvh = c["hidden"], c["heads"], c["kv_heads"]
+    _, _, _, d, d_qk, d_v = w or widths(c)
+    ql, kvl, rope, nope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"]
+    kv_loc = d * ops.maximum(kvh / tp, 1.0)
+    gqa = 2.0 * h * a * d + 2.0 * h * kvh * d
+    gqa_loc = 2.0 * h * a * d / tp + 2.0 * h * kv_loc
+    q_rep = ops.where(ql > 0, h * ql, 0.0)
+    q_split = ops.where(ql > 0, ql, h) * a * d_qk
+    rep = q_rep + h * (kvl + rope)
+    split = q_split + kvl * a * (nope + d_v) + a * d_v * h
+    mla = c["mla"] > 0
+    return ops.where(mla, rep + split, gqa), ops.where(mla, rep + split / tp, gqa_loc)
+
+
+def param_counts(c, w=None):
+    """(total, active) parameters of the model (biases and norms omitted, as :mod:`.flops`)."""
+    h, L, E, g = c["hidden"], c["layers"], c["experts"], c["gated_mlp"]
+    w = w or widths(c)
+    fe, fd, fs, *_ = w
+    attn, _ = attention_params(c, 1.0, w)
+    moe = E > 0
+    n_dense = ops.where(moe, c["dense_layers"], L)
+    mlp_w = (2.0 + g) * h
+    dense_layer = attn + mlp_w * fd
+    moe_common = attn + h * E + mlp_w * fs
+    experts = E * mlp_w * fe
+    emb = c["vocab"] * h * (2.0 - c["tied_embeddings"])
+    total = n_dense * dense_layer + (L - n_dense) * (moe_common + experts) + emb
+    active_ = n_dense * dense_layer + (L - n_dense) * (moe_common + ops.where(moe, c["top_k"] / E, 0.0) * experts) + emb
+    return total, active_
+
+
+def flops_per_token(c, counts=None, w=None):
+    """(active-parameter, total-parameter) training FLOPs per token: 3 x forward, forward = 2 x
+    weights + attention scores and values 2*s*a*(d_qk + d_v) per layer (4*s*h for MHA, :mod:`.flops`).
+    ``counts``: :func:`param_counts` and ``w``: :func:`widths` where already known."""
+    w = w or widths(c)
+    total, act = counts or param_counts(c, w)
+    emb_in = c["vocab"] * c["hidden"]  # the input embedding is a lookup, not a matmul
+    _, _, _, _, d_qk, d_v = w
+    core = c["layers"] * 2.0 * c["seq_len"] * c["heads"] * (d_qk + d_v)
+    tied_out = ops.where(c["tied_embeddings"] > 0, emb_in, 0.0)  # tied: the shared matrix is the output layer
+    return (3.0 * (2.0 * (act - emb_in + tied_out) + core), 3.0 * (2.0 * (total - emb_in + tied_out) + core))
+
+
+def a2a_s(message_bytes, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.0):
+    """All-to-all over the EP group (``ep`` ranks at stride ``etp``) of ``message_bytes`` per GPU
+    (all its token copies, ``top_k`` per token; 1/ep of them stay local). Peers inside the NVLink
+    domain are reached over NVLink, the others through the GPU's NIC, both at once. ``deepep``: each
+    token crosses the network once per destination node and is forwarded over NVLink there."""
+    g_in = ops.clip(fabric.domain / etp, 1.0, ep)           # EP ranks in one NVLink domain
+    intra = message_bytes * (g_in - 1.0) / ep
+    inter = message_bytes * (ep - g_in) / ep
+    if ops.any(deepep > 0):
+        n = ep / g_in                                        # NVLink domains the EP group spans
+        nodes = (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k)  # distinct other domains a token reaches
+        nodes = ops.where(nodes_limit > 0, ops.minimum(nodes, nodes_limit), nodes)
+        per_copy = message_bytes / ops.maximum(top_k, 1.0)
+        inter = ops.where(deepep > 0, per_copy * nodes, inter)
+        intra = ops.where(deepep > 0, message_bytes * (g_in - 1.0) / g_in, intra)
+    nic = fabric.net_Bps * comm.spine_share(ep, etp, fabric.domain, fabric.leaf_gpus, fabric.oversubscription,
+                                            all_to_all=True)
+    lat = ops.where(ep * etp <= fabric.domain, fabric.nvl_lat_s, fabric.net_lat_s)
+    t = ops.maximum(intra / fabric.nvl_Bps, ops.where(inter > 0, inter / nic, 0.0)) + lat
+    return ops.where(ep > 1, t, 0.0)
+
+
+def grouped_gemm_time_s(groups, rows_per_group, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes):
+    """One grouped GEMM: ``groups`` experts of ``rows_per_group`` tokens each times a [k, n] weight
+    each; rows padded to :data:`GROUPED_GEMM_TILE_M` per group, every weight read once."""
+    rows = groups * ops.ceil(rows_per_group / GROUPED_GEMM_TILE_M) * GROUPED_GEMM_TILE_M
+    flops = 2.0 * rows * n * k
+    traffic = input_bytes * (rows * k + groups * k * n) + kern.BYTES_16BIT * rows * n
+    return overhead_s + ops.maximum(flops / (flops_per_s * GROUPED_GEMM_RELATIVE), traffic / hbm_bytes_per_s)
+
+
+class Terms(NamedTuple):
+    """Per-layer averages over the fullest stage (seconds, bytes, parameters), to replace the dense ones."""
+
+    rows: object          # True where the row is extended
+    layer_f: object
+    layer_b: object
+    layer_r: object
+    attn_f: object        # attention core forward (hides context-parallel traffic)
+    attn_b: object
+    kv_loc: object        # K width per TP rank (context-parallel ring blocks)
+    ep_f: object          # exposed all-to-all per layer, forward / backward (with recompute)
+    ep_b: object
+    act_layer: object     # activations kept per layer (recompute mode), and with no recompute
+    act_layer_none: object
+    dispatch_buf: object  # all-to-all send/receive buffers of one layer
+    params_first: object  # non-expert parameters on the first / last / a middle rank (TP-sharded)
+    params_last: object
+    params_mid: object
+    experts_first: object  # routed-expert parameters on the first / last / a middle rank
+    experts_last: object
+    experts_mid: object
+    experts_layer: object  # routed-expert parameters of one MoE layer on one GPU
+    edp: object            # expert-data-parallel group size, and its rank stride (ep*etp)
+    edp_stride: object
+    widths: tuple          # :func:`widths` of the rows
+
+
+def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric,
+          dense_layer_f, dense_layer_b, dense_layer_r, dense_attn_f, dense_attn_b, dense_kv_loc,
+          dense_act, dense_act_none, dense_params_layer, emb_loc) -> Terms:
+    """Everything the evaluator needs from extended rows; dense rows keep the ``dense_*`` values."""
+    h, a, E, k, g = c["hidden"], c["heads"], c["experts"], c["top_k"], c["gated_mlp"]
+    L, s, dp, cp = c["layers"], c["seq_len"], c["dp"], c["cp"]
+    moe = E > 0
+    mla = c["mla"] > 0
+    rows = moe | mla | ops.logical_not(ops.isnan(c["head_dim"]))
+    w = widths(c)
+    fe, fd, fs, d, d_qk, d_v = w
+    ep = c["ep"]
+    etp = ops.where(ops.isnan(c["etp"]), tp, c["etp"])
+    ql, kvl, rope, nope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"]
+    rep_div = ops.where(sp > 0, tp, 1.0)
+    tok_r = tok / rep_div                                  # tokens a GPU holds outside attention
+    kv_loc = d * ops.maximum(c["kv_heads"] / tp, 1.0)
+
+    # --- attention: projections and the fused core ---------------------------------------------
+    any_mla, all_mla = ops.any(mla), ops.all(mla)  # compute only the attention kinds present
+    gqa_f = 0.0 if all_mla else (kern.gemm_time_s(tok, a * d / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
+                                 + kern.gemm_time_s(tok, h, a * d / tp, gemm_Fps, hbm_Bps, t0, in_B))
+    if any_mla:
+        q_f = ops.where(ql > 0, kern.gemm_time_s(tok, ql, h, gemm_Fps, hbm_Bps, t0, in_B)
+                        + kern.gemm_time_s(tok, a * d_qk / tp, ql, gemm_Fps, hbm_Bps, t0, in_B),
+                        kern.gemm_time_s(tok, a * d_qk / tp, h, gemm_Fps, hbm_Bps, t0, in_B))
+        mla_f = (q_f + kern.gemm_time_s(tok, kvl + rope, h, gemm_Fps, hbm_Bps, t0, in_B)
+                 + kern.gemm_time_s(tok, a * (nope + d_v) / tp, kvl, gemm_Fps, hbm_Bps, t0, in_B)
+                 + kern.gemm_time_s(tok, h, a * d_v / tp, gemm_Fps, hbm_Bps, t0, in_B))
+        attn_gemm_f = mla_f if all_mla else ops.where(mla, mla_f, gqa_f)
+    else:
+        attn_gemm_f = gqa_f
+    attn_f = kern.flash_attention_time_s(mb, s_loc, s, (a / tp) * 0.5 * (d_qk + d_v), attn_Fps)
+    attn_b = 2.5 * attn_f
+    norms = tok * kern.BYTES_16BIT * 10.0 * h / rep_div / hbm_Bps   # norms, residual adds (compute.py)
+
+    def mlp_f(width):  # a dense (gated) MLP split over tp, forward
+        return ops.where(width > 0, kern.gemm_time_s(tok, width * (1.0 + g) / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
+                         + kern.gemm_time_s(tok, h, width / tp, gemm_Fps, hbm_Bps, t0, in_B), 0.0)
+
+    def act_fn_s(n_tok, width):  # the activation function's HBM traffic (read 1-2 inputs, write 1)
+        return n_tok * kern.BYTES_16BIT * (2.0 + g) * width / hbm_Bps
+
+    # --- routed experts on the busiest EP rank ----------------------------------------------------
+    imb = ops.where(ep > 1, c["moe_load_imbalance"], 1.0)
+    cf = c["capacity_factor"]
+    load = ops.where(ops.isnan(cf), imb, ops.minimum(imb, cf))
+    local = ops.where(moe, E / ep, 1.0)
+    m_act = tok * k * etp / tp * load                      # token copies one expert rank computes
+    m_exp = m_act / local
+    fe_loc = fe / etp
+    routed_f = (grouped_gemm_time_s(local, m_exp, fe_loc * (1.0 + g), h, gemm_Fps, hbm_Bps, t0, in_B)
+                + grouped_gemm_time_s(local, m_exp, h, fe_loc, gemm_Fps, hbm_Bps, t0, in_B))
+    router_f = kern.gemm_time_s(tok_r, E, h, gemm_Fps, hbm_Bps, t0)
+    # permute before dispatch and unpermute after combine: read + write every token copy, twice
+    permute = 4.0 * tok_r * k * h * load * kern.BYTES_16BIT / hbm_Bps
+    moe_gemm_f = routed_f + router_f + (mlp_f(fs) if ops.any(fs > 0) else 0.0)
+    moe_elem = norms + act_fn_s(m_act, fe_loc) + act_fn_s(tok, fs / tp) + permute
+    # dense-MLP layers exist where a MoE model has leading dense layers or the model has no experts
+    any_dense = ops.any(c["dense_layers"] > 0) or not ops.all(moe)
+    dense_gemm_f = mlp_f(fd) if any_dense else 0.0
+    dense_elem = norms + act_fn_s(tok, fd / tp)
+    # fp8: Transformer Engine casts each GEMM input (read 2 B, write 1 + 1 B), forward and backward
+    cast = fp8 * 4.0 * (tok * (2.0 * h + a * d_v / tp) + m_act * (h + fe_loc)) / hbm_Bps
+
+    moe_f = attn_gemm_f + attn_f + moe_gemm_f + moe_elem + cast
+    moe_b = 2.0 * (attn_gemm_f + moe_gemm_f + moe_elem) + attn_b + cast
+    den_f = attn_gemm_f + attn_f + dense_gemm_f + dense_elem + cast
+    den_b = 2.0 * (attn_gemm_f + dense_gemm_f + dense_elem) + attn_b + cast
+    moe_r = ops.where(rc >= 2, moe_f, ops.where(rc >= 1, act_fn_s(m_act, fe_loc) + act_fn_s(tok, fs / tp), 0.0))
+    den_r = ops.where(rc >= 2, den_f, ops.where(rc >= 1, act_fn_s(tok, fd / tp), 0.0))
+
+    # --- all-to-all dispatch and combine ---------------------------------------------------------
+    copies = tok_r * k * h * load
+    dispatch = (k, c["moe_dispatcher"], c["routed_nodes_limit"])
+    t_disp = a2a_s(copies * (kern.BYTES_16BIT - fp8), ep, etp, fabric, *dispatch)
+    t_comb = a2a_s(copies * kern.BYTES_16BIT, ep, etp, fabric, *dispatch)
+    a2a_fwd = t_disp + t_comb
+    a2a_bwd = 2.0 * t_comb + ops.where(rc >= 2, a2a_fwd, 0.0)
+    ov = c["moe_a2a_overlap"]
+    ep_f1 = a2a_fwd - ops.minimum(a2a_fwd, ov * moe_f)
+    ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r))
+
+    # --- which layers the stages hold ------------------------------------------------------------
+    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
+    one_stage = pp * v <= 1
+    nd = c["dense_layers"]
+    n_dense_slot = ops.where(moe, ops.where(one_stage, nd, 0.0), n_stage)   # the slowest stage: MoE layers
+    n_dense_first = ops.where(moe, ops.minimum(nd, n_first), n_first)
+    n_dense_last = ops.where(moe, ops.where(one_stage, nd, 0.0), n_last)
+    n_dense_mid = ops.where(moe, ops.clip(nd - n_first, 0.0, n_stage), n_stage)
+    w_slot = n_dense_slot / ops.maximum(n_stage, 1.0)
+
+    def avg(dense_v, moe_v, w):
+        return w * dense_v + (1.0 - w) * moe_v
+
+    layer_f = avg(den_f, moe_f, w_slot)
+    layer_b = avg(den_b, moe_b, w_slot)
+    layer_r = avg(den_r, moe_r, w_slot)
+    ep_f = ops.where(moe, (1.0 - w_slot) * ep_f1, 0.0)
+    ep_b = ops.where(moe, (1.0 - w_slot) * ep_b1, 0.0)
+
+    # --- activations (bytes per layer and micro-batch) ---------------------------------------------
+    norm_out = 2.0 - fp8
+    sbh = tok * h
+    q_w, o_w = a * d_qk / tp, a * d_v / tp
+    k_w, v_w = ops.where(mla, a * d_qk / tp, kv_loc), ops.where(mla, a * d_v / tp, kv_loc)
+    latents = ops.where(mla, 2.0 * kern.BYTES_16BIT * tok * (ops.maximum(ql, 0.0) + kvl + rope), 0.0)
+    attn_act = ((4.0 + 2.0 * norm_out) * sbh / rep_div + kern.BYTES_16BIT * tok * (q_w + k_w + v_w)
+                + (2.0 + fp8) * tok * o_w + latents)
+
+    def mlp_act(n_tok, width):  # fc1 output(s) and the activation output (its fc2 input)
+        return n_tok * width * ((2.0 + 2.0 * g) + (2.0 - fp8))
+
+    routed_act = m_act * ((2.0 - fp8) * h + kern.BYTES_16BIT * h) + mlp_act(m_act, fe_loc)  # fc1 input, expert output
+    moe_none = attn_act + routed_act + mlp_act(tok, fs / tp)
+    den_none = attn_act + mlp_act(tok, fd / tp)
+    moe_sel = moe_none - (2.0 - fp8) * (m_act * fe_loc + tok * fs / tp)
+    den_sel = den_none - (2.0 - fp8) * tok * fd / tp
+    full = 2.0 * sbh / rep_div
+    w_first = n_dense_first / ops.maximum(n_first, 1.0)
+    none = avg(den_none, moe_none, w_first)
+    act = ops.where(rc >= 2, full, ops.where(rc >= 1, avg(den_sel, moe_sel, w_first), none))
+    dispatch_buf = ops.where(moe, 2.0 * copies * kern.BYTES_16BIT * 2.0, 0.0)   # send + receive, dispatch + combine
+
+    # --- parameters on each rank -------------------------------------------------------------------
+    _, attn_loc = attention_params(c, tp, w)
+    mlp_w = (2.0 + g) * h
+    dense_loc = attn_loc + mlp_w * fd / tp
+    moe_loc = attn_loc + h * E + mlp_w * fs / tp
+    exp_loc = ops.where(moe, local * mlp_w * fe_loc, 0.0)
+    untied_out = ops.where(pp > 1, 0.0, (1.0 - c["tied_embeddings"]) * emb_loc)
+    params_first = n_dense_first * dense_loc + (n_first - n_dense_first) * moe_loc + emb_loc + untied_out
+    params_last = n_dense_last * dense_loc + (n_last - n_dense_last) * moe_loc + emb_loc
+    params_mid = n_dense_mid * dense_loc + (n_stage - n_dense_mid) * moe_loc
+    edp = tp * cp * dp / (ep * etp)
+
+    all_ext = ops.all(rows)
+
+    def pick(ext_v, dense_v):
+        return ext_v if all_ext else ops.where(rows, ext_v, dense_v)
+
+    return Terms(
+        rows=rows, layer_f=pick(layer_f, dense_layer_f), layer_b=pick(layer_b, dense_layer_b),
+        layer_r=pick(layer_r, dense_layer_r), attn_f=pick(attn_f, dense_attn_f), attn_b=pick(attn_b, dense_attn_b),
+        kv_loc=pick(0.5 * (k_w + v_w), dense_kv_loc), ep_f=ep_f, ep_b=ep_b,
+        act_layer=pick(act, dense_act), act_layer_none=pick(none, dense_act_none), dispatch_buf=dispatch_buf,
+        params_first=pick(params_first, n_first * dense_params_layer + emb_loc + untied_out),
+        params_last=pick(params_last, n_last * dense_params_layer + emb_loc),
+        params_mid=pick(params_mid, n_stage * dense_params_layer),
+        experts_first=(n_first - n_dense_first) * exp_loc, experts_last=(n_last - n_dense_last) * exp_loc,
+        experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp, widths=w,
+    )

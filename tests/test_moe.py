@@ -1,0 +1,296 @@
+"""Mixture-of-experts, MLA and expert parallelism (issue 13): hand-computed cases, published counts,
+invariants, feasibility and the shipped search space."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import random_rows
+
+from cosearch.errors import CosearchError
+from cosearch.estimate import estimate
+from cosearch.model import evaluate, evaluate_scalar, scalar_columns
+from cosearch.model.evaluate import BREAKDOWN_KEYS
+from cosearch.model.profile import DEFAULT_PROFILE as P
+from cosearch.presets import presets
+from cosearch.scenario import parse_scenario, scenario_columns
+from cosearch.search.space import load_space
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 2.0**30
+
+
+def cols_of(sc: dict) -> dict:
+    return scalar_columns(scenario_columns(parse_scenario(sc)))
+
+
+def run(sc: dict) -> dict:
+    return evaluate_scalar(scenario_columns(parse_scenario(sc)))
+
+
+# ----------------------------------------------------------------------------- published counts
+MOE_PRESETS = sorted(n for n, p in presets().items() if p.get("experts"))
+
+
+def test_every_moe_preset_is_listed():
+    assert set(MOE_PRESETS) >= {"mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b",
+                                "gpt-oss-20b", "gpt-oss-120b", "llama4-scout", "llama4-maverick"}
+
+
+@pytest.mark.parametrize("name", MOE_PRESETS)
+def test_total_and_active_parameters_match_the_published_counts(name):
+    """Each preset's total and activated parameters against the count its source publishes
+    (models.yaml: params_b_reported, active_params_b_reported, with the source)."""
+    p = presets()[name]
+    out = run({"model": name, "training": {"global_batch": 64}, "cluster": {"gpu": "h100-sxm", "gpus": 8}})
+    active = out["active_params"]
+    if p.get("active_excludes_input_embedding"):  # OpenAI's gpt-oss table leaves the input embedding out
+        active -= p["vocab"] * p["hidden"]
+    assert out["params"] / 1e9 == pytest.approx(p["params_b_reported"], rel=0.02)
+    assert active / 1e9 == pytest.approx(p["active_params_b_reported"], rel=0.02)
+    assert out["active_params"] < out["params"]
+
+
+def test_deepseek_v3_parameters_by_hand():
+    """DeepSeek-V3 (config.json) layer by layer:
+    MLA  q_down 7168*1536 = 11,010,048; q_up 1536*128*(128+64) = 37,748,736; kv_down 7168*(512+64) =
+         4,128,768; kv_up 512*128*(128+128) = 16,777,216; out 128*128*7168 = 117,440,512 -> 187,105,280
+    dense MLP 3*7168*18432 = 396,361,728 (3 layers); router 7168*256 = 1,835,008;
+    one expert 3*7168*2048 = 44,040,192 (1 shared + 256 routed, 8 active), 58 MoE layers;
+    embeddings 2*129280*7168 = 1,853,358,080."""
+    mla, dense, router, expert, emb = 187_105_280, 396_361_728, 1_835_008, 44_040_192, 1_853_358_080
+    total = 3 * (mla + dense) + 58 * (mla + router + 257 * expert) + emb
+    active = 3 * (mla + dense) + 58 * (mla + router + 9 * expert) + emb
+    out = run({"model": "deepseek-v3", "training": {"global_batch": 64}, "cluster": {"gpu": "h800", "gpus": 8}})
+    assert out["params"] == pytest.approx(total, rel=1e-12)       # 671.03e9 (published 671B)
+    assert out["active_params"] == pytest.approx(active, rel=1e-12)  # 37.55e9 (published 37B)
+    # model FLOPs per token (MFU numerator): 3 x (2 x active weights less the input-embedding lookup
+    # + scores and values 2*s*heads*(d_qk + d_v) per layer = 2*4096*128*(192+128) = 335,544,320, x 61)
+    per_token = 3 * (2 * (active - emb // 2) + 61 * 2 * 4096 * 128 * (192 + 128))
+    flops = out["model_tflops_per_gpu"] * 1e12 * out["step_time_s"] * out["gpus"]
+    assert flops / (64 * 4096) == pytest.approx(per_token, rel=1e-12)   # 2.80e11 FLOPs per token
+    total_flops = out["total_param_tflops_per_gpu"] * 1e12 * out["step_time_s"] * out["gpus"]
+    assert total_flops / (64 * 4096) == pytest.approx(3 * (2 * (total - emb // 2) + 61 * 2 * 4096 * 128 * 320), rel=1e-12)
+
+
+def test_dense_model_with_moe_columns_is_unchanged():
+    """A dense row evaluated beside MoE rows gets exactly the values it gets alone."""
+    dense = {"model": "llama3-70b", "training": {"global_batch": 512, "tokens": 1e12},
+             "cluster": {"gpu": "h100-sxm", "gpus": 512}, "plan": {"tp": 8, "pp": 4, "sequence_parallel": True, "zero": 1}}
+    moe = {"model": "mixtral-8x7b", "training": {"global_batch": 512, "tokens": 1e12},
+           "cluster": {"gpu": "h100-sxm", "gpus": 512}, "plan": {"tp": 2, "pp": 4, "ep": 8, "sequence_parallel": True}}
+    a, b = cols_of(dense), cols_of(moe)
+    both = evaluate({k: np.array([a[k], b[k]]) for k in a})
+    alone = evaluate(a)
+    for key in ("step_time_s", "memory_gib", "model_tflops_per_gpu", "params", "time_dp_comm_s"):
+        assert both[key][0] == alone[key]
+        assert both[key][1] == evaluate(b)[key]
+    grid = evaluate({k: np.array([[a[k]], [b[k]]]) for k in a})  # 2-D: one pass, rows picked in place
+    for key in ("step_time_s", "memory_gib", "model_tflops_per_gpu", "params", "time_dp_comm_s"):
+        assert grid[key][0, 0] == both[key][0] and grid[key][1, 0] == both[key][1]
+    assert both["time_ep_comm_s"][0] == 0.0 and both["time_ep_comm_s"][1] > 0.0
+    assert both["active_params"][0] == both["params"][0]
+
+
+# ----------------------------------------------------------------------------- all-to-all by hand
+def _tiny(ep: int, **plan) -> dict:
+    return {"model": {"layers": 2, "hidden": 1024, "heads": 8, "ffn_hidden": 1024, "gated_mlp": True, "vocab": 1024,
+                      "seq_len": 1024, "experts": 16, "top_k": 2},
+            "training": {"global_batch": 16, "moe_load_imbalance": 1.0},
+            "cluster": {"gpu": "h100-sxm", "gpus": 16},  # 2 nodes of 8, NVLink 450 GB/s, 400 Gb/s NIC per GPU
+            "plan": {"ep": ep, **plan}}
+
+
+def test_all_to_all_inside_one_node_by_hand():
+    """ep 8 (one node): per layer and micro-batch a GPU holds 1024 tokens, sends 1024*top_k 2 copies of
+    1024 bf16 values = 4,194,304 B, of which 7/8 leave it (3,670,016 B, i.e. 3,584 B per token) over
+    NVLink at 450e9*0.78 B/s; one latency of 4 us. Dispatch + combine forward, the same backward:
+    4 all-to-alls per layer, 2 layers, 1 micro-batch."""
+    per_token = 2 * 1024 * 2 * 7 / 8
+    assert per_token == 3584
+    t = 1024 * per_token / (450e9 * P.nvlink_efficiency) + P.nvlink_latency_s
+    out = run(_tiny(8))
+    assert out["time_ep_comm_s"] == pytest.approx(2 * 4 * t, rel=1e-12)
+
+
+def test_all_to_all_across_nodes_by_hand():
+    """ep 16 over 2 nodes: of each token's 2*1024*2 = 4,096 B, 7/16 go to the 7 peers in the node
+    (1,792 B over NVLink) and 8/16 to the 8 peers in the other node (2,048 B through the GPU's own
+    400 Gb/s NIC at 0.85 efficiency = 42.5e9 B/s). Both links run at once: the slower, the NIC, sets
+    the time, plus a network latency."""
+    nvl = 1024 * 1792 / (450e9 * P.nvlink_efficiency)
+    nic = 1024 * 2048 / (400e9 / 8 * P.network_efficiency)
+    t = max(nvl, nic) + P.network_latency_s
+    out = run(_tiny(16))
+    assert out["time_ep_comm_s"] == pytest.approx(2 * 4 * t, rel=1e-12)
+    assert out["time_ep_comm_s"] > 4 * run(_tiny(8))["time_ep_comm_s"]  # 2,048 B at 42.5 GB/s vs 3,584 at 351 GB/s
+
+
+def test_deepep_sends_each_token_once_per_remote_node_by_hand():
+    """DeepEP dispatch, ep 16 over 2 nodes, top_k 2: a token reaches the other node with probability
+    1 - (1/2)^2 = 0.75 and then crosses the network once (1024 values, 2,048 B): 1,536 B per token over
+    the NIC instead of 2,048; inside the node the copies are forwarded over NVLink, 7/8 of all
+    4,096 B = 3,584 B per token."""
+    nic = 1024 * 0.75 * 2048 / (400e9 / 8 * P.network_efficiency)
+    nvl = 1024 * 3584 / (450e9 * P.nvlink_efficiency)
+    t = max(nic, nvl) + P.network_latency_s
+    assert run(_tiny(16, moe_dispatcher="deepep"))["time_ep_comm_s"] == pytest.approx(2 * 4 * t, rel=1e-12)
+    limited = _tiny(16, moe_dispatcher="deepep")
+    limited["model"]["routed_nodes_limit"] = 1  # at most one node: no change with two nodes (0.75 < 1)
+    assert run(limited)["time_ep_comm_s"] == pytest.approx(2 * 4 * t, rel=1e-12)
+
+
+def test_fp8_dispatch_sends_one_byte_and_combines_in_bf16():
+    """DeepSeek-V3 sec. 3.3.2: fp8 dispatch, bf16 combine -> forward bytes 1 + 2 instead of 2 + 2."""
+    sc = _tiny(8)
+    sc["training"]["precision"] = "fp8"
+    t2 = 1024 * 3584 / (450e9 * P.nvlink_efficiency) + P.nvlink_latency_s
+    t1 = 1024 * 1792 / (450e9 * P.nvlink_efficiency) + P.nvlink_latency_s
+    assert run(sc)["time_ep_comm_s"] == pytest.approx(2 * (t1 + 3 * t2), rel=1e-12)
+
+
+def test_overlap_capacity_and_imbalance_move_the_right_way():
+    base = run(_tiny(16))
+    hidden = run(_tiny(16, moe_a2a_overlap=1.0))
+    assert hidden["time_ep_comm_s"] < base["time_ep_comm_s"] and hidden["step_time_s"] < base["step_time_s"]
+    imb = _tiny(16)
+    imb["training"]["moe_load_imbalance"] = 1.5
+    worse = run(imb)
+    assert worse["time_ep_comm_s"] == pytest.approx(1.5 * base["time_ep_comm_s"], rel=0.2)  # latency unscaled
+    assert worse["time_compute_s"] > base["time_compute_s"]
+    capped = _tiny(16, capacity_factor=1.0)
+    capped["training"]["moe_load_imbalance"] = 1.5
+    assert run(capped)["time_ep_comm_s"] == pytest.approx(base["time_ep_comm_s"], rel=1e-12)  # min(1.5, 1.0)
+    assert run(_tiny(1))["time_ep_comm_s"] == 0.0
+
+
+# ----------------------------------------------------------------------------- memory by hand
+def test_deepseek_v3_last_stage_memory_by_hand():
+    """DeepSeek-V3 on 2,048 H800, tp 1, pp 16, ep 64, dp 128, bf16, ZeRO-1, full recompute.
+    61 layers on 16 stages: 4 per stage, 3 on the first and last. The last stage holds 3 MoE layers
+    and the output layer:
+      non-expert 3*(187,105,280 MLA + 1,835,008 router + 44,040,192 shared) + 926,679,040 = 1,625,620,480
+      experts    3 layers * 256/64 = 4 local experts * 44,040,192                         =   528,482,304
+    weights 2 B and gradients 2 B per parameter; Adam's 12 B sharded over dp*cp = 128 (non-expert)
+    and over the expert-data-parallel group tp*cp*dp/(ep*etp) = 128/64 = 2 (experts).
+    It is the peak rank here: its fp32 logits buffer (4096*129280*6 B = 3.2 GB) outweighs the
+    activations the middle ranks keep."""
+    dense, experts = 1_625_620_480, 528_482_304
+    sc = {"model": "deepseek-v3", "training": {"global_batch": 15360, "precision": "bf16"},
+          "cluster": {"gpu": "h800", "gpus": 2048},
+          "plan": {"tp": 1, "pp": 16, "ep": 64, "zero": 1, "recompute": "full"}}
+    out = run(sc)
+    assert out["mem_weights_gib"] * GIB == pytest.approx(2 * (dense + experts), rel=1e-12)
+    assert out["mem_gradients_gib"] * GIB == pytest.approx(2 * (dense + experts), rel=1e-12)
+    assert out["mem_optimizer_gib"] * GIB == pytest.approx(12 * dense / 128 + 12 * experts / 2, rel=1e-12)
+    # ep 32: twice the experts per GPU (8), expert-DP group 4
+    sc["plan"]["ep"] = 32
+    out = run(sc)
+    assert out["mem_weights_gib"] * GIB == pytest.approx(2 * (dense + 2 * experts), rel=1e-12)
+    assert out["mem_optimizer_gib"] * GIB == pytest.approx(12 * dense / 128 + 12 * 2 * experts / 4, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- consistency
+def test_breakdown_sums_and_scalar_equals_vectorized_for_moe():
+    sc = {"model": "deepseek-v3", "training": {"global_batch": 4096, "precision": "fp8", "tokens": 1e12},
+          "cluster": {"gpu": "h800", "gpus": 1024},
+          "plan": {"tp": 2, "pp": 8, "ep": 32, "sequence_parallel": True, "zero": 1, "recompute": "selective",
+                   "moe_a2a_overlap": 0.5, "capacity_factor": 1.1}}
+    c = scenario_columns(parse_scenario(sc))
+    s, v = evaluate_scalar(c), evaluate(c)
+    for key in ("step_time_s", "memory_gib", "time_ep_comm_s", "active_params", "total_param_tflops_per_gpu"):
+        assert s[key] == pytest.approx(np.asarray(v[key]).item(), rel=1e-12)
+    assert sum(s[f"time_{k}_s"] for k in BREAKDOWN_KEYS) == pytest.approx(s["step_time_s"], rel=1e-9)
+    assert s["valid"] and s["time_ep_comm_s"] > 0
+    # MFU counts active parameters; the total-parameter rate is 671/37.5 ~ 18x larger
+    assert 10 < s["total_param_tflops_per_gpu"] / s["model_tflops_per_gpu"] < 20
+
+
+def test_fsdp_with_experts_shards_expert_weights_over_expert_dp():
+    sc = {"model": "mixtral-8x7b", "training": {"global_batch": 256}, "cluster": {"gpu": "h100-sxm", "gpus": 64},
+          "plan": {"ep": 8, "zero": 3}}
+    z1 = run({**sc, "plan": {"ep": 8, "zero": 1}})
+    z3 = run(sc)
+    assert z3["mem_weights_gib"] < z1["mem_weights_gib"] / 4  # experts over edp = 8, the rest over dp = 64
+
+
+# ----------------------------------------------------------------------------- rules and errors
+@pytest.mark.parametrize("change, field", [
+    ({"plan": {"ep": 3}}, "plan.ep"),                                   # 8 experts
+    ({"plan": {"ep": 16, "tp": 8}}, "plan.ep"),                         # dp*cp = 64/8 = 8 < 16
+    ({"plan": {"ep": 2, "tp": 2}}, "plan.sequence_parallel"),          # Megatron-Core needs SP with TP + EP
+    ({"plan": {"ep": 2, "etp": 3}}, "plan.etp"),                        # 3 does not divide 14336
+    ({"plan": {"ep": 2, "burst": True}}, "plan.burst"),                # DeepPool burst with MoE: not modelled
+])
+def test_invalid_expert_plans_name_the_field(change, field):
+    sc = {"model": "mixtral-8x7b", "training": {"global_batch": 256}, "cluster": {"gpu": "h100-sxm", "gpus": 64}}
+    with pytest.raises(CosearchError) as err:
+        estimate({**sc, **change})
+    assert err.value.field == field
+    assert not evaluate(scenario_columns(parse_scenario({**sc, **change})))["valid"]
+
+
+def test_ep_divides_dp_times_cp_as_megatron():
+    """Megatron-Core: with etp = tp, ep must divide dp*cp; etp*ep must divide tp*cp*dp."""
+    base = {"model": "mixtral-8x7b", "training": {"global_batch": 256}, "cluster": {"gpu": "h100-sxm", "gpus": 64}}
+    ok = lambda plan: bool(evaluate(scenario_columns(parse_scenario({**base, "plan": plan})))["valid"])  # noqa: E731
+    assert ok({"tp": 8, "ep": 8, "sequence_parallel": True})             # dp 8
+    assert ok({"tp": 4, "cp": 2, "ep": 8, "sequence_parallel": True})    # dp*cp = 8*2 = 16
+    assert ok({"tp": 8, "etp": 1, "ep": 8, "sequence_parallel": True})   # etp*ep = 8 divides 64
+    assert not ok({"tp": 8, "etp": 8, "ep": 16, "sequence_parallel": True})
+    with pytest.raises(CosearchError) as err:
+        estimate({"model": "llama3-8b", "training": {"global_batch": 256}, "cluster": {"gpu": "h100-sxm", "gpus": 64},
+                  "plan": {"ep": 2}})
+    assert err.value.field == "plan.ep"
+
+
+@pytest.mark.parametrize("model, field", [
+    ({"experts": 8}, "model.top_k"),
+    ({"experts": 8, "top_k": 9}, "model.top_k"),
+    ({"top_k": 2}, "model.top_k"),
+    ({"attention": "mla", "kv_lora_rank": 512}, "model.qk_rope_head_dim"),
+    ({"kv_lora_rank": 512}, "model.kv_lora_rank"),
+    ({"attention": "mha", "kv_heads": 8}, "model.attention"),
+    ({"attention": "moa"}, "model.attention"),
+])
+def test_bad_moe_model_fields_are_one_line_errors(model, field):
+    base = {"layers": 4, "hidden": 1024, "heads": 16, "vocab": 1000, "seq_len": 512}
+    with pytest.raises(CosearchError) as err:
+        parse_scenario({"model": {**base, **model}, "training": {"global_batch": 8}, "cluster": {"gpu": "h100-sxm", "gpus": 8}})
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- search and export
+def test_shipped_deepseek_v3_space_searches_ep_and_finds_feasible_plans():
+    space = load_space(ROOT / "searchspaces" / "moe-deepseek-v3.yaml")
+    paths = {d.path for d in space.dims}
+    assert {"plan.ep", "plan.etp", "plan.capacity_factor", "cluster.gpu"} <= paths
+    gpus = next(d for d in space.dims if d.path == "cluster.gpu").choices
+    assert "h800" in gpus and "b200" in gpus
+    rows = random_rows(space, 400, seed=1)
+    m = space.evaluate_rows(rows)
+    assert m["feasible"].any() and (m["time_ep_comm_s"][m["valid"]] >= 0).all()
+    i = int(np.flatnonzero(m["valid"])[0])
+    sc = space.scenarios(rows[i:i + 1])[0]
+    assert estimate(sc)["step_time_s"] == pytest.approx(m["step_time_s"][i], rel=1e-12)
+
+
+def test_megatron_export_maps_expert_parallelism():
+    from cosearch.frameworks import megatron
+
+    sc = parse_scenario({"model": "qwen3-30b-a3b", "training": {"global_batch": 256},
+                         "cluster": {"gpu": "h100-sxm", "gpus": 64},
+                         "plan": {"tp": 2, "ep": 8, "etp": 1, "sequence_parallel": True, "capacity_factor": 1.25}})
+    f = megatron.flags(sc)
+    pairs = dict(zip(f, f[1:]))
+    assert pairs["--num-experts"] == "128" and pairs["--moe-router-topk"] == "8"
+    assert pairs["--expert-model-parallel-size"] == "8" and pairs["--expert-tensor-parallel-size"] == "1"
+    assert pairs["--moe-ffn-hidden-size"] == "768" and pairs["--kv-channels"] == "128"
+    assert pairs["--moe-expert-capacity-factor"] == "1.25"
+    with pytest.raises(CosearchError) as err:
+        from cosearch.frameworks import nemo
+
+        nemo.export(sc)
+    assert err.value.field == "model.experts"
