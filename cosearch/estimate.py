@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from . import hardware
+from .inventory import inventory_outputs
 from .model import BREAKDOWN_KEYS, MEMORY_KEYS, Profile
 from .model.evaluate import evaluate_scalar_columns
 from .model.feasibility import check_scalar
@@ -80,8 +81,6 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     sc: Scenario = load_scenario(scenario)
     by_type: dict[str, Any] = {}
     if sc.cluster.inventory is not None:  # hook: several GPU types (cosearch.inventory, cosearch.model.hetero)
-        from .inventory import inventory_outputs
-
         out, by_type = inventory_outputs(sc, profile)
         cols = {"dp": out["dp"]}
     else:

@@ -23,6 +23,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from .estimate import estimate
+from .errors import CosearchError
+from .inventory import inventory_changes, inventory_link_columns
 from .model import evaluate
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
 from .model.schedules import SCHEDULE_INTERLEAVE, schedule_name
@@ -363,7 +365,6 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
     sc = load_scenario(scenario)
     r = estimate(sc, profile)
     if sc.cluster.inventory is not None:  # hook: several GPU types (cosearch.inventory)
-        from .inventory import inventory_link_columns
 
         cols = inventory_link_columns(sc)
     else:
@@ -382,7 +383,6 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
     links = _links(cols)
     stats: dict[str, int] = {}
     if sc.cluster.inventory is not None:
-        from .inventory import rank_inventory_changes
 
         ranked = rank_inventory_changes(sc, profile, stats)
         candidates = [None] * stats["evaluated"]
@@ -408,3 +408,24 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
         "candidates_feasible": stats.get("feasible", 0),
         "candidates_listed": len(ranked),
     }
+
+
+def rank_inventory_changes(sc: Scenario, profile: Profile | None = None,
+                           stats: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """:func:`rank_changes` for an inventory: each neighbour estimated, feasible ones fastest first."""
+    base = estimate(sc, profile)
+    ranked = []
+    changes = inventory_changes(sc)
+    for label, updates in changes:
+        try:
+            r = estimate(changed_scenario(sc, updates), profile)
+        except CosearchError:
+            continue
+        if not r["fits"]:
+            continue
+        ranked.append({"label": label, "kind": "plan", "updates": updates, "step_time_s": r["step_time_s"],
+                       "memory_gib": r["memory_gib"], "cost_usd_per_step": r["cost_usd_per_step"],
+                       "gain": 1.0 - r["step_time_s"] / base["step_time_s"], "speedup": base["step_time_s"] / r["step_time_s"]})
+    if stats is not None:
+        stats.update(evaluated=len(changes), feasible=len(ranked))
+    return sorted(ranked, key=lambda e: e["step_time_s"])

@@ -5,67 +5,27 @@ scenario into the shared and per-type columns, and gives ``estimate`` its output
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from . import hardware
 from .errors import CosearchError
 from .model.feasibility import check_scalar
 from .model.hetero import BY_TYPE, HARDWARE_COLUMNS, HETERO_CODES, evaluate_hetero
 from .model.profile import DEFAULT_PROFILE, Profile
 
-if TYPE_CHECKING:
-    from .scenario import Scenario
-
-EXAMPLE = "{h100-sxm: 64, a100-80gb: 128}"
-
-
-def check_inventory_scenario(sc: "Scenario") -> None:
-    """One-line errors for an inventory scenario that cannot be read (after the schema passed)."""
-    from .scenario import HARDWARE_OVERRIDES
-
-    cl, pl = sc.cluster, sc.plan
-    for key in ("gpu", "gpus"):
-        if getattr(cl, key) is not None:
-            raise CosearchError(f"cluster.{key}", "give either cluster.gpu and cluster.gpus or cluster.inventory, not both")
-    if not cl.inventory:
-        raise CosearchError("cluster.inventory", f"needs at least one GPU type with its count, e.g. {EXAMPLE}")
-    for name in cl.inventory:
-        if name not in hardware.catalog():
-            raise CosearchError("cluster.inventory", f"unknown GPU id {name!r}; allowed: {', '.join(sorted(hardware.catalog()))}")
-    for key in HARDWARE_OVERRIDES:
-        if getattr(cl, key) is not None:
-            raise CosearchError(f"cluster.{key}", "overrides are per GPU type and not supported with cluster.inventory "
-                                "(the catalog values of each type are used)")
-    if sc.cloud is not None:
-        raise CosearchError("cloud", "rented instances and cluster.inventory cannot be combined")
-    for name, n in (pl.gpus_by_type or {}).items():
-        if name not in cl.inventory:
-            raise CosearchError(f"plan.gpus_by_type.{name}", f"not in cluster.inventory; allowed: {', '.join(cl.inventory)}")
-        if n > cl.inventory[name]:
-            raise CosearchError(f"plan.gpus_by_type.{name}", f"uses {n} GPUs but cluster.inventory has {cl.inventory[name]}")
-    if sum(gpus_used(sc).values()) == 0:
-        raise CosearchError("plan.gpus_by_type", "uses no GPU at all")
-
-
-def gpus_used(sc: "Scenario") -> dict[str, int]:
-    """GPUs of each type the plan uses: ``plan.gpus_by_type``, the whole inventory for a type it omits."""
-    given = sc.plan.gpus_by_type or {}
-    return {name: int(given.get(name, n)) for name, n in sc.cluster.inventory.items()}
+from .scenario import (  # noqa: F401 - check_inventory_scenario, gpus_used re-exported
+    ClusterSpec, Scenario, check_inventory_scenario, gpus_used, hardware_values, parse_scenario, scenario_columns,
+)
 
 
 def type_hardware(name: str, precision: str) -> dict[str, float]:
     """:data:`HARDWARE_COLUMNS` of one catalog GPU (no overrides: they are refused with an inventory)."""
-    from .scenario import ClusterSpec, hardware_values
-
     return {k: v for k, v in hardware_values(ClusterSpec(gpu=name, gpus=1), precision).items() if k in HARDWARE_COLUMNS}
 
 
-def inventory_columns(sc: "Scenario") -> dict[str, Any]:
+def inventory_columns(sc: Scenario) -> dict[str, Any]:
     """Arguments of :func:`cosearch.model.hetero.evaluate_hetero` for one scenario."""
-    from .scenario import scenario_columns
-
     names = list(sc.cluster.inventory)
     stand_in = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"gpu": names[0], "gpus": 1, "inventory": None})})
     shared = {k: v for k, v in scenario_columns(stand_in).items() if k not in HARDWARE_COLUMNS and k != "gpus"}
@@ -84,7 +44,7 @@ def inventory_columns(sc: "Scenario") -> dict[str, Any]:
                 inventory=[float(sc.cluster.inventory[n]) for n in names])
 
 
-def _first_error(sc: "Scenario", args: dict[str, Any]) -> CosearchError:
+def _first_error(sc: Scenario, args: dict[str, Any]) -> CosearchError:
     """The first rule an inventory plan breaks, named by its field."""
     pl, names, use = sc.plan, args["names"], args["use"]
     data = pl.hetero == "data"
@@ -126,7 +86,7 @@ def _first_error(sc: "Scenario", args: dict[str, Any]) -> CosearchError:
     return CosearchError("plan", "the layers do not split over the pipeline stages of the inventory")
 
 
-def inventory_outputs(sc: "Scenario", profile: Profile | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def inventory_outputs(sc: Scenario, profile: Profile | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(model outputs of one inventory scenario as scalars, by-type tables for ``estimate``)."""
     args = inventory_columns(sc)
     out = evaluate_hetero(profile=profile or DEFAULT_PROFILE, **args)
@@ -141,7 +101,7 @@ def inventory_outputs(sc: "Scenario", profile: Profile | None = None) -> tuple[d
     return scalars, extra
 
 
-def inventory_changes(sc: "Scenario") -> list[tuple[str, dict[str, Any]]]:
+def inventory_changes(sc: Scenario) -> list[tuple[str, dict[str, Any]]]:
     """Neighbouring plans of an inventory scenario: the other composition, fewer GPUs of one type (a
     half, none), a factor moved between tp and the replica / stage count, micro-batch and recompute."""
     pl, used = sc.plan, gpus_used(sc)
@@ -170,31 +130,7 @@ def inventory_changes(sc: "Scenario") -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def rank_inventory_changes(sc: "Scenario", profile: Profile | None = None,
-                           stats: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """:func:`cosearch.explain.rank_changes` for an inventory: each neighbour estimated, feasible ones fastest first."""
-    from .estimate import estimate
-    from .explain import changed_scenario
-
-    base = estimate(sc, profile)
-    ranked = []
-    changes = inventory_changes(sc)
-    for label, updates in changes:
-        try:
-            r = estimate(changed_scenario(sc, updates), profile)
-        except CosearchError:
-            continue
-        if not r["fits"]:
-            continue
-        ranked.append({"label": label, "kind": "plan", "updates": updates, "step_time_s": r["step_time_s"],
-                       "memory_gib": r["memory_gib"], "cost_usd_per_step": r["cost_usd_per_step"],
-                       "gain": 1.0 - r["step_time_s"] / base["step_time_s"], "speedup": base["step_time_s"] / r["step_time_s"]})
-    if stats is not None:
-        stats.update(evaluated=len(changes), feasible=len(ranked))
-    return sorted(ranked, key=lambda e: e["step_time_s"])
-
-
-def inventory_link_columns(sc: "Scenario") -> dict[str, float]:
+def inventory_link_columns(sc: Scenario) -> dict[str, float]:
     """Columns for :func:`cosearch.explain._links`: the first type's NVLink domain, the plan's sizes."""
     args = inventory_columns(sc)
     cols = {**args["shared"], **args["hardware"][0]}
@@ -203,11 +139,9 @@ def inventory_link_columns(sc: "Scenario") -> dict[str, float]:
     return cols
 
 
-def homogeneous_scenario(sc: "Scenario") -> "Scenario":
+def homogeneous_scenario(sc: Scenario) -> Scenario:
     """The same plan as an ordinary one-type scenario when the plan uses one GPU type (unchanged otherwise):
     ``gpu``/``gpus`` from that type, ``pp`` (pipeline composition) or ``dp`` (data) from its count."""
-    from .scenario import parse_scenario
-
     used = {g: n for g, n in gpus_used(sc).items() if n}
     if len(used) != 1:
         return sc

@@ -252,8 +252,6 @@ def parse_scenario(data: Any) -> Scenario:
     except ValidationError as err:
         raise _error_from_validation(err) from None
     if sc.cluster.inventory is not None:
-        from .inventory import check_inventory_scenario  # hook: heterogeneous inventories
-
         check_inventory_scenario(sc)
         return sc
     if sc.cluster.gpu is None:
@@ -349,3 +347,40 @@ def scenario_columns(sc: Scenario) -> dict[str, float]:
     cols["schedule"] = CATEGORICAL_CODES["schedule"][pl.schedule] if pl.schedule is not None else np.nan
     cols.update(hardware_values(cl, sc.training.precision))
     return {k: float(v) for k, v in cols.items()}
+
+
+# --- heterogeneous inventories (issue 14; evaluated by cosearch.inventory / cosearch.model.hetero) ---
+
+INVENTORY_EXAMPLE = "{h100-sxm: 64, a100-80gb: 128}"
+
+
+def check_inventory_scenario(sc: Scenario) -> None:
+    """One-line errors for an inventory scenario that cannot be read (after the schema passed)."""
+    cl, pl = sc.cluster, sc.plan
+    for key in ("gpu", "gpus"):
+        if getattr(cl, key) is not None:
+            raise CosearchError(f"cluster.{key}", "give either cluster.gpu and cluster.gpus or cluster.inventory, not both")
+    if not cl.inventory:
+        raise CosearchError("cluster.inventory", f"needs at least one GPU type with its count, e.g. {INVENTORY_EXAMPLE}")
+    for name in cl.inventory:
+        if name not in hardware.catalog():
+            raise CosearchError("cluster.inventory", f"unknown GPU id {name!r}; allowed: {', '.join(sorted(hardware.catalog()))}")
+    for key in HARDWARE_OVERRIDES:
+        if getattr(cl, key) is not None:
+            raise CosearchError(f"cluster.{key}", "overrides are per GPU type and not supported with cluster.inventory "
+                                "(the catalog values of each type are used)")
+    if sc.cloud is not None:
+        raise CosearchError("cloud", "rented instances and cluster.inventory cannot be combined")
+    for name, n in (pl.gpus_by_type or {}).items():
+        if name not in cl.inventory:
+            raise CosearchError(f"plan.gpus_by_type.{name}", f"not in cluster.inventory; allowed: {', '.join(cl.inventory)}")
+        if n > cl.inventory[name]:
+            raise CosearchError(f"plan.gpus_by_type.{name}", f"uses {n} GPUs but cluster.inventory has {cl.inventory[name]}")
+    if sum(gpus_used(sc).values()) == 0:
+        raise CosearchError("plan.gpus_by_type", "uses no GPU at all")
+
+
+def gpus_used(sc: Scenario) -> dict[str, int]:
+    """GPUs of each type the plan uses: ``plan.gpus_by_type``, the whole inventory for a type it omits."""
+    given = sc.plan.gpus_by_type or {}
+    return {name: int(given.get(name, n)) for name, n in sc.cluster.inventory.items()}
