@@ -12,7 +12,6 @@ from .. import hf
 from ..errors import CosearchError
 from ..presets import preset
 from ..scenario import HARDWARE_OVERRIDES
-from ._choices import _check_choices
 from ._limits import MAX_TOTAL_CHOICES, _short, check_count, check_number, is_number
 from ._cloud import _check_cloud_space, _expand_cloud
 from ._names import NULLABLE_PLAN, _BAND, _CLOUD_ONLY, _DEEPPOOL, _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, SECTIONS
@@ -98,8 +97,9 @@ def _numbers(x: Any) -> Any:
     return x
 
 
-def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpace:
-    """Validate a space dict: every choice must be a value the scenario format accepts."""
+def space_fields(data: Any, source: str = "") -> dict[str, Any]:
+    """Validate a space dict's form and return the fields of its :class:`~.space.SearchSpace`
+    (:func:`cosearch.search.space.parse_space` builds it and checks every choice)."""
     if not isinstance(data, Mapping):
         raise CosearchError("space", "expected a mapping with model, training, cluster, plan, objectives")
     data = _numbers(hf.expand(data))  # model: {hf_config: ...} -> model fields (cosearch.hf)
@@ -184,12 +184,6 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
         raise CosearchError("cloud", "p90 objectives and budgets need a cloud section (rented instances, docs/cloud.md)")
     raw["objectives"] = list(objectives)
     raw["constraints"] = dict(constraints)
-    from .space import SearchSpace
-
-    space = SearchSpace(base=base, dims=dims, objectives=list(objectives), constraints=constraints, source=source,
-                        raw=_jsonable(raw))
-    _check_choices(space)
-    if prune:
-        space.prune()
-    return space
+    return dict(base=base, dims=dims, objectives=list(objectives), constraints=constraints, source=source,
+                raw=_jsonable(raw))
 

@@ -37,6 +37,8 @@ from ..model import evaluate as model_evaluate
 from ..model.profile import DEFAULT_PROFILE, Profile
 from ..scenario import HARDWARE_OVERRIDES, parse_scenario, read_yaml  # noqa: F401 - re-exported
 from . import _build, _enumerate
+from ._choices import _check_choices
+from ._parse import _FLOAT_RE, _dimension, _numbers, _walk, space_fields  # noqa: F401 - re-exported
 from ._cloud import _check_cloud_space, _expand_cloud, cloud_columns  # noqa: F401 - re-exported
 from ._names import (  # noqa: F401 - re-exported
     _BAND, _CLOUD_DECIDES, _CLOUD_ONLY, _NEEDS, _SIZE_KEYS, CONSTRAINT_METRICS, MAXIMIZE, OBJECTIVE_METRICS, PRUNE_LIMIT,
@@ -223,9 +225,14 @@ class SearchSpace:
         _enumerate.prune(self)
 
 
-# the parsing functions need SearchSpace: imported after it
-from ._choices import _check_choices  # noqa: E402,F401 - re-exported
-from ._parse import _FLOAT_RE, _dimension, _numbers, _walk, parse_space  # noqa: E402,F401 - re-exported
+def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpace:
+    """Validate a space dict (:func:`._parse.space_fields`); every choice must be a value the scenario
+    format accepts (:func:`._choices._check_choices`); finite spaces are pruned (:meth:`SearchSpace.prune`)."""
+    space = SearchSpace(**space_fields(data, source))
+    _check_choices(space)
+    if prune:
+        space.prune()
+    return space
 
 
 def load_space(path: str | Path) -> SearchSpace:
