@@ -101,35 +101,6 @@ def inventory_outputs(sc: Scenario, profile: Profile | None = None) -> tuple[dic
     return scalars, extra
 
 
-def inventory_changes(sc: Scenario) -> list[tuple[str, dict[str, Any]]]:
-    """Neighbouring plans of an inventory scenario: the other composition, fewer GPUs of one type (a
-    half, none), a factor moved between tp and the replica / stage count, micro-batch and recompute."""
-    pl, used = sc.plan, gpus_used(sc)
-    out: list[tuple[str, dict[str, Any]]] = []
-    other = "data" if pl.hetero == "pipeline" else "pipeline"
-    out.append((f"compose by {other}", {"plan.hetero": other}))
-    for name, n in used.items():
-        for new in sorted({n // 2, 0, sc.cluster.inventory[name]} - {n}):
-            if sum(used.values()) - n + new > 0:
-                out.append((f"{name}: {n} -> {new} GPUs", {"plan.gpus_by_type": {**used, name: new}}))
-    size = "pp" if pl.hetero == "data" else "dp"
-    current = getattr(pl, size) or 1
-    for f in (2, 4):
-        out.append((f"tp {pl.tp} -> {pl.tp * f}", {"plan.tp": pl.tp * f}))
-        out.append((f"{size} {current} -> {current * f}", {f"plan.{size}": current * f}))
-        if pl.tp % f == 0:
-            out.append((f"tp {pl.tp} -> {pl.tp // f}", {"plan.tp": pl.tp // f}))
-        if current % f == 0:
-            out.append((f"{size} {current} -> {current // f}", {f"plan.{size}": current // f}))
-    for mb in (pl.microbatch * 2, pl.microbatch // 2):
-        if mb >= 1:
-            out.append((f"microbatch {pl.microbatch} -> {mb}", {"plan.microbatch": mb}))
-    for rc in ("none", "selective", "full"):
-        if rc != pl.recompute:
-            out.append((f"recompute {pl.recompute} -> {rc}", {"plan.recompute": rc}))
-    return out
-
-
 def inventory_link_columns(sc: Scenario) -> dict[str, float]:
     """Columns for :func:`cosearch.explain._links`: the first type's NVLink domain, the plan's sizes."""
     args = inventory_columns(sc)
