@@ -12,7 +12,7 @@ Key names and layer rules as in transformers 4.55 (``configuration_*.py`` / ``mo
 * ``deepseek`` / ``deepseek_v2`` / ``deepseek_v3``: ``n_routed_experts``, ``num_experts_per_tok``,
   ``moe_intermediate_size``, ``n_shared_experts`` (of the expert width), ``intermediate_size`` (dense
   layers); layer i is MoE iff i >= ``first_k_dense_replace`` and i % ``moe_layer_freq`` == 0
-  (``DeepseekV3DecoderLayer``); MLA (V2/V3): ``q_lora_rank`` (null: a full query projection),
+  (DeepSeek's own ``modeling_deepseek.py``, named by the config's ``auto_map``); MLA (V2/V3): ``q_lora_rank`` (null: a full query projection),
   ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``. Group-limited routing
   (``n_group`` > 1, ``topk_group`` < ``n_group``; DeepSeek-V3: 8 groups, 4 per token, one group per
   node in DeepSeek's deployment, arXiv 2412.19437 sec. 2.1.2) maps to ``routed_nodes_limit`` =

@@ -77,19 +77,21 @@ def test_hand_written_moe_flags_and_megatron_defaults():
     sc = megatron.parse_args(BASE + "--num-experts 64 --moe-router-topk 6 --moe-ffn-hidden-size 512 "
                              "--moe-shared-expert-intermediate-size 1536 --moe-token-dispatcher-type flex "
                              "--moe-enable-deepep --moe-router-num-groups 8 --moe-router-group-topk 3 "
-                             "--multi-latent-attention --kv-lora-rank 256 --moe-expert-capacity-factor 1.5",
+                             "--multi-latent-attention --kv-lora-rank 256 --moe-expert-capacity-factor 1.5 "
+                             "--kv-channels 192",  # slime's GLM-4.7 script passes --kv-channels beside MLA: ignored
                              {"gpu": "h100-sxm", "gpus": 8})
     m = sc.model
     assert (m.experts, m.top_k, m.ffn_hidden, m.shared_experts, m.shared_ffn_hidden) == (64, 6, 512, 3, None)
     assert (m.attention, m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim) == (
         "mla", 0, 256, 128, 64, 128)  # Megatron defaults for the ranks not given
-    assert (m.routed_nodes_limit, sc.plan.moe_dispatcher, sc.plan.capacity_factor) == (3, "deepep", 1.5)
+    assert (m.routed_nodes_limit, sc.plan.moe_dispatcher, sc.plan.capacity_factor, m.head_dim) == (3, "deepep", 1.5, None)
 
 
 def test_layer_pattern_forms():
     assert layer_pattern("([0]*3+[1]*5)", 8) == [0, 0, 0, 1, 1, 1, 1, 1]
     assert layer_pattern("'([1]*4)'", 4) == [1] * 4  # as quoted in shell scripts
     assert layer_pattern("[0,1]*2", 4) == [0, 1, 0, 1]
+    assert layer_pattern("[0]*1+[1]*3", 4) == [0, 1, 1, 1]  # unparenthesised, as slime's GLM-4.7 script
     assert layer_pattern(3, 7) == [1, 0, 0, 1, 0, 0, 1]
 
 

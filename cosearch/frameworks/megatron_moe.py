@@ -27,7 +27,8 @@ Megatron-LM flag (default)                             cosearch field
 ``--multi-latent-attention`` ``--q-lora-rank``         model.attention mla, q_lora_rank (none: 0),
 ``--kv-lora-rank`` ``--qk-head-dim``                   kv_lora_rank, qk_nope_head_dim,
 ``--qk-pos-emb-head-dim`` ``--v-head-dim``             qk_rope_head_dim, v_head_dim
-``--kv-channels`` (hidden / heads)                     model.head_dim (where it differs from that)
+``--kv-channels`` (hidden / heads)                     model.head_dim (where it differs from that;
+                                                       ignored with MLA)
 =====================================================  =========================================
 
 Refused with the reason: the ``allgather`` dispatcher (Megatron's default when no
@@ -75,8 +76,8 @@ def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, An
               to_float: Callable[..., float]) -> None:
     """Add the MoE / MLA / head_dim fields of the flags ``seen`` to ``model`` and ``plan`` (in place)."""
     hidden, heads, layers = model["hidden"], model["heads"], model["layers"]
-    kv_channels = to_int(seen, "--kv-channels", None)
-    if kv_channels is not None and kv_channels * heads != hidden:
+    kv_channels = to_int(seen, "--kv-channels", None)  # MLA sets its own head dims: ignored there
+    if kv_channels is not None and kv_channels * heads != hidden and "--multi-latent-attention" not in seen:
         model["head_dim"] = kv_channels
     if "--multi-latent-attention" in seen:
         model.update(attention="mla", q_lora_rank=to_int(seen, "--q-lora-rank", 0),
