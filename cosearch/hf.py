@@ -5,7 +5,7 @@ the directory holding ``config.json``); every model field given beside ``hf_conf
 the one read from the file. :func:`expand` does the substitution for
 :func:`cosearch.scenario.parse_scenario` and :func:`cosearch.search.space.parse_space`.
 
-Mapped architectures (``model_type``; key names as in transformers 4.4x ``configuration_*.py``):
+Mapped architectures (``model_type``; key names as in transformers 4.4x-4.55 ``configuration_*.py``):
 
 * Llama family (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, ``phi3``):
   ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``
@@ -15,11 +15,18 @@ Mapped architectures (``model_type``; key names as in transformers 4.4x ``config
 * GPT-2 (``gpt2``): ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (null: 4 x n_embd),
   ``vocab_size``, ``n_positions``; tied embeddings.
 
-Refused with a one-line :class:`~cosearch.errors.CosearchError` naming the key: mixture-of-experts
-configs (Mixtral, DeepSeek, Qwen-MoE: the model has no experts yet, issue 13), an attention width
-(``head_dim`` x heads) different from ``hidden_size`` (Gemma-7B, Mistral-NeMo), an unknown
-``model_type``, a missing or non-positive-integer key. Biases, norms and learned position
-embeddings are not model fields (they are < 1 % of the weights of these models).
+* Mixture of experts (``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``deepseek``, ``deepseek_v2``,
+  ``deepseek_v3``, ``gpt_oss``, ``llama4`` / ``llama4_text``): experts, top-k, expert / shared / dense
+  widths, dense layers, MLA ranks and ``head_dim`` (issue 15; keys, layer rules and the stated
+  approximations in :mod:`cosearch.hf_moe`).
+* ``head_dim`` (any family): mapped where heads x head_dim differs from ``hidden_size`` (Gemma-7B,
+  Qwen3-MoE, gpt-oss); the model carries an attention width of its own since issue 13.
+
+Refused with a one-line :class:`~cosearch.errors.CosearchError` naming the key: other
+mixture-of-experts families (DBRX, Jamba, OLMoE, Phi-MoE, Granite-MoE: experts under other keys or
+layers the model lacks), an unknown ``model_type``, a missing or non-positive-integer key. Biases,
+norms and learned position embeddings are not model fields (they are < 1 % of the weights of these
+models).
 """
 from __future__ import annotations
 
@@ -28,18 +35,19 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import CosearchError
+from .hf_moe import MAPPED as MOE_MAPPED, moe_fields
 
 FIELD = "model.hf_config"
 #: Largest config.json read (real ones are a few KiB).
 MAX_BYTES = 1 << 20
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek", "deepseek_v2", "deepseek_v3", "dbrx", "jamba",
-             "olmoe", "phimoe", "granitemoe")
+#: Mixture-of-experts families not mapped (their experts sit under other keys or in layers the model lacks).
+MOE_UNMAPPED = ("dbrx", "jamba", "olmoe", "phimoe", "granitemoe", "granitemoehybrid")
 #: Keys whose presence (with a positive count) marks a mixture-of-experts config.
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-SUPPORTED = LLAMA_LIKE + ("gpt_neox", "gpt2")
-MOE_REASON = "mixture-of-experts is not modelled yet (issue 13)"
+SUPPORTED = LLAMA_LIKE + ("gpt_neox", "gpt2") + MOE_MAPPED
+MOE_REASON = "this mixture-of-experts family is not mapped (mapped: " + ", ".join(MOE_MAPPED) + ")"
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -89,10 +97,12 @@ def model_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
     mtype = cfg.get("model_type")
     if not isinstance(mtype, str) or not mtype:
         raise CosearchError(FIELD, "config.json has no 'model_type'; cannot tell the architecture")
+    if mtype in MOE_MAPPED:  # issue 15: mixture of experts / MLA (cosearch.hf_moe)
+        return moe_fields(cfg, mtype, _count, _flag)
     for key in MOE_KEYS:
         if isinstance(cfg.get(key), int) and not isinstance(cfg.get(key), bool) and cfg[key] > 0:
             raise CosearchError(FIELD, f"config.json key {key!r}: {MOE_REASON}")
-    if mtype in MOE_TYPES or "moe" in mtype:
+    if mtype in MOE_UNMAPPED or "moe" in mtype:
         raise CosearchError(FIELD, f"config.json model_type {mtype!r}: {MOE_REASON}")
     if mtype not in SUPPORTED:
         raise CosearchError(FIELD, f"config.json model_type {mtype!r} is not mapped; supported: {', '.join(SUPPORTED)} "
@@ -108,17 +118,14 @@ def model_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
     hidden, heads = _count(cfg, "hidden_size"), _count(cfg, "num_attention_heads")
     kv = _count(cfg, "num_key_value_heads", heads) if mtype != "gpt_neox" else heads
     head_dim = cfg.get("head_dim")
-    if head_dim is not None and _count(cfg, "head_dim") * heads != hidden:
-        raise CosearchError(FIELD, f"config.json key 'head_dim': {head_dim} x {heads} heads = {head_dim * heads} "
-                            f"differs from hidden_size {hidden}; an attention width other than the model "
-                            "width is not modelled")
+    extra = {"head_dim": head_dim} if head_dim is not None and _count(cfg, "head_dim") * heads != hidden else {}
     if heads % kv:
         raise CosearchError(FIELD, f"config.json key 'num_key_value_heads': {kv} does not divide "
                             f"num_attention_heads {heads}")
     return {"layers": _count(cfg, "num_hidden_layers"), "hidden": hidden, "heads": heads, "kv_heads": kv,
             "ffn_hidden": _count(cfg, "intermediate_size"), "gated_mlp": mtype != "gpt_neox",
             "vocab": _count(cfg, "vocab_size"), "seq_len": _count(cfg, "max_position_embeddings"),
-            "tied_embeddings": _flag(cfg, "tie_word_embeddings", mtype in ("gemma", "gemma2"))}
+            "tied_embeddings": _flag(cfg, "tie_word_embeddings", mtype in ("gemma", "gemma2")), **extra}
 
 
 def load_model(path: str | Path) -> dict[str, Any]:

@@ -50,6 +50,7 @@ Refused: ``plan.moe_a2a_overlap`` > 0 (its Megatron switches differ across relea
 Refused: pipeline schedules zb-h1, zb-v and dualpipe (Megatron-Core runs 1F1B and interleaved 1F1B),
 offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
 the Triton attention kernel, zero 2/3 with pipeline parallelism (Megatron FSDP has no pipeline).
+The MoE, MLA and ``--kv-channels`` flags parse back (:mod:`.megatron_moe`, issue 15).
 The world size is torchrun's, not Megatron's: :func:`parse_args` takes the cluster separately
 (or reads ``--nproc-per-node`` / ``--nnodes`` of a ``torchrun`` prefix).
 """
@@ -61,6 +62,7 @@ from typing import Any, Mapping
 from ..errors import CosearchError
 from ..scenario import Scenario, parse_scenario
 from ._common import hybrid, layout, megatron_core_schedule, refuse
+from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe
 
 VERSION = "Megatron-LM core_r0.14.0"
 
@@ -188,9 +190,6 @@ _VALUE = {
 }
 #: Flags that change the model or plan in ways cosearch does not model -> refused.
 _UNSUPPORTED = {
-    "--num-experts": "MoE flags are not read from launch arguments yet; give the model's MoE fields in a scenario",
-    "--expert-model-parallel-size": "expert parallelism is not read from launch arguments yet; use a scenario's plan.ep",
-    "--multi-latent-attention": "MLA flags are not read from launch arguments yet; use a scenario's model.attention: mla",
     "--decoder-first-pipeline-num-layers": "uneven pipeline stages are not modelled",
     "--decoder-last-pipeline-num-layers": "uneven pipeline stages are not modelled",
     "--pipeline-model-parallel-layout": "custom pipeline layouts are not modelled",
@@ -229,7 +228,7 @@ _SWITCHES = {
     "--overlap-grad-reduce", "--tp-comm-overlap", "--recompute-activations", "--use-flash-attn",
     "--multi-latent-attention", "--cpu-offloading", "--optimizer-cpu-offload", "--use-torch-fsdp2",
     "--no-overlap-grad-reduce", "--use-mcore-models", "--disable-bias-linear", "--overlap-param-gather",
-}
+} | _MOE_SWITCHES
 
 
 def _int(seen: Mapping[str, Any], flag: str, default: int | None = None) -> int | None:
@@ -259,13 +258,13 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     ``gpus`` may instead come from a ``torchrun --nproc-per-node P --nnodes N`` prefix. Megatron
     defaults apply to the rest (``--ffn-hidden-size`` 4h, or int(8h/3 / 64) * 64 with ``--swiglu``;
     dropout 0.1; global batch = micro batch x dp). Flags that do not change the performance
-    model (data, tokenizer, optimizer, logging) are skipped; MoE, MLA, uneven pipeline stages and
-    CPU offloading are refused.
+    model (data, tokenizer, optimizer, logging) are skipped; MoE, MLA and ``--kv-channels`` flags are
+    read by :func:`.megatron_moe.parse_moe` (issue 15); uneven pipeline stages and CPU offloading are refused.
     """
     seen = _tokens(args)
     for flag, why in _UNSUPPORTED.items():
         v = seen.get(flag)
-        if v is None or (flag == "--expert-model-parallel-size" and str(v) == "1"):
+        if v is None:
             continue
         raise CosearchError(flag, why)
     for flag in ("--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length", "--micro-batch-size"):
@@ -351,6 +350,7 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
         "recompute": gran or "none", "sequence_parallel": "--sequence-parallel" in seen, "zero": zero,
         "overlap_grad_reduce": "--overlap-grad-reduce" in seen, "tp_comm_overlap": "--tp-comm-overlap" in seen,
     }
+    parse_moe(seen, model, plan, _int, _float)  # issue 15: MoE / MLA / head_dim flags (megatron_moe.py)
     instances = _int(seen, "--num-distributed-optimizer-instances", 1)
     if instances > 1:
         if dp % instances:

@@ -1,0 +1,125 @@
+"""Mixture-of-experts and MLA flags of a Megatron-LM command line in (issue 15; used by
+:func:`cosearch.frameworks.megatron.parse_args`), the inverse of ``megatron._moe_flags``.
+
+Argument names and defaults of **Megatron-LM core_r0.14.0** (``megatron/training/arguments.py``):
+
+=====================================================  =========================================
+Megatron-LM flag (default)                             cosearch field
+=====================================================  =========================================
+``--num-experts``                                      model.experts
+``--moe-router-topk`` (2)                              model.top_k
+``--moe-ffn-hidden-size`` (``--ffn-hidden-size``)      model.ffn_hidden (the routed expert's width,
+                                                       as the MoE presets); ``--ffn-hidden-size``
+                                                       becomes dense_ffn_hidden where layers are dense
+``--moe-shared-expert-intermediate-size``              model.shared_experts (size / expert width when
+                                                       a multiple, else 1 of shared_ffn_hidden = size)
+``--moe-layer-freq`` (1)                               model.dense_layers: the layers marked 0 (an
+                                                       integer k: MoE where i % k == 0; a list such as
+                                                       ``([0]*3+[1]*58)``); interleaved dense layers are
+                                                       modelled as leading ones, as the presets do
+``--moe-router-num-groups`` / ``--moe-router-group-topk`` model.routed_nodes_limit = group top-k
+                                                       (DeepSeek-V3 node-limited routing: 8 groups, 4)
+``--moe-token-dispatcher-type`` (allgather)            plan.moe_dispatcher: ``alltoall``; ``flex`` with
+                                                       ``--moe-enable-deepep``: deepep
+``--expert-model-parallel-size`` (1)                   plan.ep
+``--expert-tensor-parallel-size`` (tp)                 plan.etp (left at its default when it equals tp)
+``--moe-expert-capacity-factor`` (none: dropless)      plan.capacity_factor
+``--multi-latent-attention`` ``--q-lora-rank``         model.attention mla, q_lora_rank (none: 0),
+``--kv-lora-rank`` ``--qk-head-dim``                   kv_lora_rank, qk_nope_head_dim,
+``--qk-pos-emb-head-dim`` ``--v-head-dim``             qk_rope_head_dim, v_head_dim
+``--kv-channels`` (hidden / heads)                     model.head_dim (where it differs from that;
+                                                       ignored with MLA)
+=====================================================  =========================================
+
+Refused with the reason: the ``allgather`` dispatcher (Megatron's default when no
+``--moe-token-dispatcher-type`` is given; cosearch models the all-to-all), ``flex`` without DeepEP,
+a ``--moe-layer-freq`` that is neither an integer nor a 0/1 list of ``--num-layers`` entries.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping
+
+from ..errors import CosearchError
+
+#: Switches (store_true) of this module, so that a token after one is not taken for its value.
+SWITCHES = {"--moe-grouped-gemm", "--moe-enable-deepep", "--moe-permute-fusion", "--multi-latent-attention"}
+#: Megatron-LM's default ``--moe-router-topk``.
+DEFAULT_TOPK = 2
+_TERM = re.compile(r"^\[\s*([01](?:\s*,\s*[01])*)\s*\](?:\s*\*\s*(\d+))?$")
+
+Int = Callable[..., Any]
+
+
+def layer_pattern(value: Any, layers: int) -> list[int]:
+    """Megatron's ``--moe-layer-freq``: 1 for an MoE layer, 0 for a dense one, per layer."""
+    text = str(value).strip().strip("'\"").strip()
+    if re.fullmatch(r"\d+", text):
+        k = int(text)
+        if k <= 0:
+            raise CosearchError("--moe-layer-freq", f"expects a positive integer or a 0/1 list (got {value!r})")
+        return [1 if i % k == 0 else 0 for i in range(layers)]
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+    pattern: list[int] = []
+    for term in text.split("+"):
+        m = _TERM.match(term.strip())
+        if m is None:
+            raise CosearchError("--moe-layer-freq", f"expects an integer or a list such as ([0]*3+[1]*58) (got {value!r})")
+        pattern += [int(x) for x in m.group(1).split(",")] * int(m.group(2) or 1)
+    if len(pattern) != layers:
+        raise CosearchError("--moe-layer-freq", f"lists {len(pattern)} layers, --num-layers is {layers}")
+    return pattern
+
+
+def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, Any], to_int: Int,
+              to_float: Callable[..., float]) -> None:
+    """Add the MoE / MLA / head_dim fields of the flags ``seen`` to ``model`` and ``plan`` (in place)."""
+    hidden, heads, layers = model["hidden"], model["heads"], model["layers"]
+    kv_channels = to_int(seen, "--kv-channels", None)  # MLA sets its own head dims: ignored there
+    if kv_channels is not None and kv_channels * heads != hidden and "--multi-latent-attention" not in seen:
+        model["head_dim"] = kv_channels
+    if "--multi-latent-attention" in seen:
+        model.update(attention="mla", q_lora_rank=to_int(seen, "--q-lora-rank", 0),
+                     kv_lora_rank=to_int(seen, "--kv-lora-rank", 32), qk_nope_head_dim=to_int(seen, "--qk-head-dim", 128),
+                     qk_rope_head_dim=to_int(seen, "--qk-pos-emb-head-dim", 64), v_head_dim=to_int(seen, "--v-head-dim", 128))
+    experts = to_int(seen, "--num-experts", 0)
+    if not experts:
+        ep = to_int(seen, "--expert-model-parallel-size", 1)
+        if ep != 1:
+            raise CosearchError("--expert-model-parallel-size", f"{ep} without --num-experts (a dense model has no experts)")
+        return
+    dispatcher = str(seen.get("--moe-token-dispatcher-type", "allgather"))
+    if dispatcher == "alltoall":
+        plan["moe_dispatcher"] = "alltoall"
+    elif dispatcher == "flex" and "--moe-enable-deepep" in seen:
+        plan["moe_dispatcher"] = "deepep"
+    else:
+        raise CosearchError("--moe-token-dispatcher-type", f"{dispatcher!r}"
+                            f"{' without --moe-enable-deepep' if dispatcher == 'flex' else ''} is not modelled "
+                            "(cosearch models alltoall, and flex with --moe-enable-deepep; allgather is Megatron's "
+                            "default when the flag is absent)")
+    dense_width = model["ffn_hidden"]
+    expert_width = to_int(seen, "--moe-ffn-hidden-size", dense_width)
+    pattern = layer_pattern(seen.get("--moe-layer-freq", 1), layers)
+    dense = pattern.count(0)
+    if dense == layers:
+        raise CosearchError("--moe-layer-freq", "marks no layer as MoE")
+    model.update(experts=experts, top_k=to_int(seen, "--moe-router-topk", DEFAULT_TOPK), ffn_hidden=expert_width)
+    if dense:
+        model.update(dense_layers=dense, dense_ffn_hidden=dense_width)
+    shared = to_int(seen, "--moe-shared-expert-intermediate-size", None)
+    if shared:
+        if shared % expert_width == 0:
+            model["shared_experts"] = shared // expert_width
+        else:
+            model.update(shared_experts=1, shared_ffn_hidden=shared)
+    groups, group_topk = to_int(seen, "--moe-router-num-groups", None), to_int(seen, "--moe-router-group-topk", None)
+    if groups and groups > 1 and group_topk:
+        model["routed_nodes_limit"] = group_topk
+    plan["ep"] = to_int(seen, "--expert-model-parallel-size", 1)
+    etp = to_int(seen, "--expert-tensor-parallel-size", None)
+    if etp is not None and etp != plan["tp"]:
+        plan["etp"] = etp
+    if "--moe-expert-capacity-factor" in seen:
+        plan["capacity_factor"] = to_float(seen, "--moe-expert-capacity-factor", 0.0)
