@@ -38,8 +38,12 @@ node-limited routing, M = 4). Under fp8 the dispatch is sent in fp8 and the comb
 3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
 imbalance (max / mean tokens per EP rank), capped by the capacity factor when tokens are dropped.
 
-Approximations (stated): the expert-tensor-parallel all-gather / reduce-scatter of routed tokens is
-not charged apart from the dense model's two TP collectives per layer; the slowest pipeline stage is
+Expert tensor parallelism (etp > 1) all-gathers the received token copies over the etp ranks and
+reduce-scatters the expert outputs, a pair top_k x load times the dense MLP's; the excess over the dense
+model's pair is charged as expert communication (not overlapped).
+
+Approximations (stated): with etp < tp the dense MLP's TP pair stays charged though Megatron folds
+those ranks into EP; the slowest pipeline stage is
 taken to hold MoE layers only (leading dense layers count only without pipelining), and activations
 per layer are those of the first stage's mix; alternating dense/MoE layers (Llama 4 Maverick) are
 modelled as leading ones; attention is the fused (flash) kernel; offloading to an expansion tier
@@ -315,8 +319,19 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     a2a_fwd = t_disp + t_comb
     a2a_bwd = 2.0 * t_comb + ops.where(rc >= 2, a2a_fwd, 0.0)
     ov = c["moe_a2a_overlap"]
-    ep_f1 = a2a_fwd - ops.minimum(a2a_fwd, ov * moe_f)
-    ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r))
+    # expert tensor parallelism: the received token copies are all-gathered over the etp ranks before the
+    # expert GEMMs and reduce-scattered after them (Megatron-Core MoEAlltoAllTokenDispatcher, ETP > 1); the
+    # dense model already charges one all-gather/reduce-scatter pair of tok*h for the MLP, so only the
+    # excess of the (top_k x load)-times larger expert pair is added (an etp < tp plan keeps the dense pair)
+    etp_pair = 0.0
+    if ops.any(etp > 1):
+        etp_bw, etp_lat = fabric.bandwidth_Bps(etp, 1.0), fabric.latency_s(etp, 1.0)
+        tp_bw, tp_lat = fabric.bandwidth_Bps(tp, 1.0), fabric.latency_s(tp, 1.0)
+        expert_pair = 2.0 * comm.all_gather_s(m_act * h * kern.BYTES_16BIT, etp, etp_bw, etp_lat)
+        mlp_pair = comm.all_reduce_s(tok * h * kern.BYTES_16BIT, tp, tp_bw, tp_lat)
+        etp_pair = ops.where(moe & (etp > 1), ops.maximum(expert_pair - ops.where(tp > 1, mlp_pair, 0.0), 0.0), 0.0)
+    ep_f1 = a2a_fwd - ops.minimum(a2a_fwd, ov * moe_f) + etp_pair
+    ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r)) + etp_pair * (1.0 + (rc >= 2))
 
     # --- which layers the stages hold ------------------------------------------------------------
     n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
