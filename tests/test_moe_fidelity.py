@@ -87,12 +87,14 @@ def test_expert_tensor_parallel_gather_is_charged():
 
 
 def test_moe_median_error_guard(table):
-    # reached: 22.0 % in-sample over 64 rows (experiments/results/validation_moe.json); a regression fails here
+    # reached: 18.2 % in-sample over 64 rows (experiments/results/validation_moe.json); a regression fails here
     err = table["error"].abs()
     assert len(table) == 64
-    assert err.median() <= 0.23
-    grok = table[table["model"] == "Grok-1"]["error"].abs()  # the stated-everything source (S23): 13.3 %
-    assert grok.median() <= 0.14
+    assert err.median() <= 0.19
+    # Grok-1 (S23) states every knob (nothing tuned): 4.4 %, bf16 and fp8 rows alike
+    grok = table[table["model"] == "Grok-1"]
+    assert grok["error"].abs().median() <= 0.06
+    assert grok.loc[grok["precision"] == "fp8", "error"].abs().max() <= 0.05
 
 
 def test_stated_moe_plans_fit_but_dualpipe_deepseek(table):
