@@ -89,7 +89,10 @@ def load_moe_runs(path: str | Path = MOE_PATH) -> pd.DataFrame:
 #: ``BASE_DEEPSEEK_V3_CONFIG`` and ``BASE_QWEN3_*_CONFIG`` set ``expert_tensor_parallel_size=1`` (so ETP is 1
 #: even where TP is 2); DeepSeek-V3 and Qwen3-30B-A3B use ``moe_flex_dispatcher_backend="hybridep"`` on every
 #: GPU, Qwen3-235B-A22B uses it on GB200/GB300 and ``moe_token_dispatcher_type="alltoall"`` on B200/B300/H100;
-#: ``moe_a2a_overlap=True`` in the DeepSeek-V3 MXFP8 GB200/GB300 recipes and the Qwen3-235B H100 recipes.
+#: ``moe_a2a_overlap=True`` in the DeepSeek-V3 MXFP8 GB200/GB300 recipes and the Qwen3-235B H100 recipes;
+#: GPT-OSS-120B (gpt_oss/gpt_oss_workload_base_configs.py @07eea52d) keeps the default alltoall dispatcher in
+#: its BF16 recipes and sets ``moe_a2a_overlap=True`` on GB200 (GBS 1280). The recipe files are the current
+#: versions, applied to every container section of the table (older containers may have differed).
 #: HybridEP (like DeepEP) sends a token once per destination node and forwards it over NVLink there, which is
 #: what ``plan.moe_dispatcher: deepep`` models.
 BRIDGE_ETP1_MODELS = ("deepseek-v3", "qwen3")
@@ -99,8 +102,9 @@ NVL72 = ("gb200", "gb300")
 def _bridge_dispatch(model: str, gpu: str, fp8: bool) -> tuple[str, float]:
     """(dispatcher, a2a overlap) of a Megatron-Bridge performance recipe (see :data:`BRIDGE_ETP1_MODELS`)."""
     m = model.lower()
-    hybrid = "deepseek" in m or "30b" in m or gpu in NVL72
-    overlap = ("deepseek" in m and fp8 and gpu in NVL72) or ("235b" in m and gpu.startswith("h100"))
+    hybrid = "deepseek" in m or "30b" in m or ("235b" in m and gpu in NVL72)
+    overlap = (("deepseek" in m and fp8 and gpu in NVL72) or ("235b" in m and gpu.startswith("h100"))
+               or ("gpt-oss" in m and gpu == "gb200"))
     return ("deepep" if hybrid else "alltoall"), (1.0 if overlap else 0.0)
 
 
