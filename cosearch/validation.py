@@ -75,6 +75,9 @@ def _num(x: Any) -> float | None:
 def measured_step_time_s(row: pd.Series) -> float | None:
     """Step time from the row: stated iteration time, else batch*seq/tokens_per_s, else S1's
     teraFLOP/s per GPU through eq. 3 of Narayanan et al."""
+    if _num(row.get("experts")):  # issue 13: MoE rows (GPU-hours, FLOPs per token; cosearch.validation_moe)
+        from .validation_moe import measured_step_time
+        return measured_step_time(row)[0]
     if _num(row.iteration_time_s):
         return float(row.iteration_time_s)
     if _num(row.tokens_per_s) and _num(row.seq_len):
@@ -121,6 +124,9 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     ``framework`` are facts of that stack, not per-row constants: Megatron-Core/NeMo recipes use the
     distributed optimizer (ZeRO-1 over data x context parallel ranks), sequence parallelism with
     tensor parallelism, and tensor-parallel communication overlap (userbuffers) on H100."""
+    if _num(row.get("experts")):  # issue 13: MoE rows, same contract (cosearch.validation_moe)
+        from .validation_moe import moe_row_scenarios
+        return moe_row_scenarios(row)
     needed = (row.n_layers, row.hidden_size, row.n_heads, row.vocab_size, row.seq_len, row.global_batch_size)
     if any(_num(x) is None for x in needed):
         return None

@@ -9,12 +9,14 @@ derives each row's step time from what its source states, in this order of prefe
 4. model TFLOP/s per GPU with the FLOPs per token the row states: ``GBS x seq x flops_per_token /
    (TFLOP/s x 1e12 x GPUs)``.
 
-The scenario mapping of these rows waits for the MoE model fields (issue 13); this module only reads
-and converts, so that the numbers can be checked by hand.
+:func:`moe_row_scenarios` maps each row to candidate scenarios (``cosearch.validation.row_scenarios`` calls
+it for rows with experts, so dense and MoE rows share one validation path).
 """
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +80,130 @@ def load_moe_runs(path: str | Path = MOE_PATH) -> pd.DataFrame:
     df.loc[hours.notna(), "measured_tokens_per_s_per_gpu"] = tokens_per_s_per_gpu_from_gpu_hours(hours[hours.notna()])
     df["implied_flops_per_token"] = df["tflops_per_gpu"] * 1e12 / df["measured_tokens_per_s_per_gpu"]
     return df
+
+
+# --- issue 13 validation: MoE rows as scenarios (called from cosearch.validation.row_scenarios) ------------
+
+#: Megatron-Bridge performance recipes (NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/,
+#: deepseek/deepseek_workload_base_configs.py @04264182 and qwen/qwen3_workload_base_configs.py @01b2977e):
+#: ``BASE_DEEPSEEK_V3_CONFIG`` and ``BASE_QWEN3_*_CONFIG`` set ``expert_tensor_parallel_size=1`` (so ETP is 1
+#: even where TP is 2); DeepSeek-V3 and Qwen3-30B-A3B use ``moe_flex_dispatcher_backend="hybridep"`` on every
+#: GPU, Qwen3-235B-A22B uses it on GB200/GB300 and ``moe_token_dispatcher_type="alltoall"`` on B200/B300/H100;
+#: ``moe_a2a_overlap=True`` in the DeepSeek-V3 MXFP8 GB200/GB300 recipes and the Qwen3-235B H100 recipes;
+#: GPT-OSS-120B (gpt_oss/gpt_oss_workload_base_configs.py @07eea52d) keeps the default alltoall dispatcher in
+#: its BF16 recipes and sets ``moe_a2a_overlap=True`` on GB200 (GBS 1280). The recipe files are the current
+#: versions, applied to every container section of the table (older containers may have differed).
+#: HybridEP (like DeepEP) sends a token once per destination node and forwards it over NVLink there, which is
+#: what ``plan.moe_dispatcher: deepep`` models.
+BRIDGE_ETP1_MODELS = ("deepseek-v3", "qwen3")
+NVL72 = ("gb200", "gb300")
+
+
+def _bridge_dispatch(model: str, gpu: str, fp8: bool) -> tuple[str, float]:
+    """(dispatcher, a2a overlap) of a Megatron-Bridge performance recipe (see :data:`BRIDGE_ETP1_MODELS`)."""
+    m = model.lower()
+    hybrid = "deepseek" in m or "30b" in m or ("235b" in m and gpu in NVL72)
+    overlap = (("deepseek" in m and fp8 and gpu in NVL72) or ("235b" in m and gpu.startswith("h100"))
+               or ("gpt-oss" in m and gpu == "gb200"))
+    return ("deepep" if hybrid else "alltoall"), (1.0 if overlap else 0.0)
+
+
+def _int(x: Any, default: int | None = None) -> int | None:
+    v = _num(x)
+    return default if v is None else int(v)
+
+
+def moe_model_fields(row: Mapping) -> dict[str, Any]:
+    """The scenario ``model`` of a MoE row, every architecture field as the CSV states it. All models in the
+    CSV use a gated MLP (SwiGLU; Grok-1 GeGLU, grok1_314b.yaml ``fast-geglu``); DeepSeek-V3, Qwen3 and
+    GPT-OSS untie the output layer (``tie_word_embeddings: false`` in their config.json), Grok-1 ties it
+    (Megatron-Core's default, ``share_embeddings_and_output_weights`` not set in grok1_314b.yaml)."""
+    get = row.get
+    mla = str(get("attention")).lower() == "mla"
+    model: dict[str, Any] = {
+        "layers": _int(get("n_layers")), "hidden": _int(get("hidden_size")), "heads": _int(get("n_heads")),
+        "kv_heads": _int(get("n_kv_heads"), _int(get("n_heads"))), "gated_mlp": True,
+        "tied_embeddings": "grok" in str(get("model")).lower(), "vocab": _int(get("vocab_size")),
+        "seq_len": _int(get("seq_len")), "experts": _int(get("experts")), "top_k": _int(get("top_k")),
+        "expert_ffn_hidden": _int(get("expert_ffn_hidden")), "shared_experts": _int(get("shared_experts"), 0),
+        "dense_layers": _int(get("dense_layers"), 0), "attention": "mla" if mla else "gqa",
+    }
+    model["ffn_hidden"] = _int(get("ffn_hidden_size")) or _int(get("dense_ffn_hidden")) or model["expert_ffn_hidden"]
+    for key in ("shared_ffn_hidden", "dense_ffn_hidden", "head_dim"):
+        if _num(get(key)) is not None:
+            model[key] = _int(get(key))
+    if mla:
+        model.update({k: _int(get(k)) for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                                                 "v_head_dim")})
+        if "deepseek-v3" in str(get("model")).lower():
+            model["routed_nodes_limit"] = 4  # node-limited routing, M = 4 (arXiv 2412.19437 sec. 2.1.2)
+    return model
+
+
+def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
+    """Candidate scenarios of one published MoE run, or None when it lacks a field the model needs (a GPU
+    outside the catalog, e.g. B300; no GPU count).
+
+    Stated fields are used as stated; unstated micro-batch, interleaving and recompute are tuned as for the
+    dense rows (:func:`cosearch.validation.row_scenarios`). Facts of the named stack: Megatron-Core/NeMo
+    use the distributed optimizer, sequence parallelism with TP, the recipes' ETP, dispatcher and a2a
+    overlap (:func:`_bridge_dispatch`); "force-balanced" routing (S20's note) has load imbalance 1.0, a
+    padded capacity factor fixes each expert's rows at capacity; DeepSeek-V3's own run (S24) used DeepEP
+    with DualPipe's full computation-communication overlap (arXiv 2412.19437 sec. 3.2.1-3.2.2).
+    """
+    from .validation import _recompute, _stated  # local: validation imports this module
+
+    get = row.get
+    gpu = get("gpu")
+    if not isinstance(gpu, str) or not gpu or _num(get("num_gpus")) is None:
+        return None
+    framework, source = str(get("framework")).lower(), str(get("source_id"))
+    megatron_core = "nemo" in framework or "megatron" in framework
+    fp8 = str(get("precision")).lower().startswith("fp8")
+    tp, pp = _int(get("tp"), 1), _int(get("pp"), 1)
+    sharding = str(get("dp_sharding")).lower()
+    zero = 3 if "fsdp" in sharding else 1  # every MoE source shards optimizer states (distributed optimizer / ZeRO-1)
+    sp = _stated(get("sequence_parallel"))
+    routing = str(get("routing")).lower()
+    dispatcher, overlap = "alltoall", 0.0
+    if source == "S20":
+        dispatcher, overlap = _bridge_dispatch(str(get("model")), gpu, fp8)
+    if "deepep" in framework or "hybridep" in framework or source == "S24":
+        dispatcher = "deepep"
+    if source == "S24":
+        overlap = 1.0
+    etp = _int(get("etp"))
+    if etp is None and source == "S20" and any(m in str(get("model")).lower() for m in BRIDGE_ETP1_MODELS):
+        etp = 1
+    plan_fixed: dict[str, Any] = {
+        "tp": tp, "pp": pp, "cp": _int(get("cp"), 1), "zero": zero, "ep": _int(get("ep"), 1),
+        "sequence_parallel": bool((megatron_core and tp > 1) if sp is None else sp),
+        "tp_comm_overlap": bool(megatron_core and tp > 1 and gpu.startswith("h100")),
+        "moe_dispatcher": dispatcher, "moe_a2a_overlap": overlap,
+    }
+    if etp is not None:
+        plan_fixed["etp"] = etp
+    if _num(get("capacity_factor")) is not None:
+        plan_fixed["capacity_factor"] = float(get("capacity_factor"))
+    sched = get("schedule")
+    if isinstance(sched, str) and sched:
+        plan_fixed["schedule"] = sched
+    training = {"global_batch": _int(get("global_batch_size")), "precision": "fp8" if fp8 else "bf16",
+                "moe_load_imbalance": 1.0 if "force-balanced" in routing and "not force" not in routing else None}
+    if training["moe_load_imbalance"] is None:
+        del training["moe_load_imbalance"]
+    mbs = [_int(get("micro_batch_size"))] if _num(get("micro_batch_size")) else [1, 2, 4]
+    vpps = [_int(get("vpp"))] if _num(get("vpp")) else ([1, 2, 4] if pp > 1 and sched != "dualpipe" else [1])
+    stated_rc = get("recompute") if isinstance(get("recompute"), str) and not get("recompute").startswith("none stated") else None
+    recomputes = [_recompute(stated_rc, source)] if stated_rc else ["none", "selective", "full"]
+    cluster = {"gpu": gpu, "gpus": _int(get("num_gpus"))}
+    model = moe_model_fields(row)
+    out = []
+    for mb, v, rc in itertools.product(mbs, vpps, recomputes):
+        plan = dict(plan_fixed, microbatch=mb, interleave=v, recompute=rc)
+        if v > 1 and "schedule" not in plan:
+            plan["schedule"] = "interleaved"
+        if plan.get("schedule") == "interleaved" and v == 1:
+            plan["schedule"] = "1f1b"
+        out.append({"model": model, "training": training, "cluster": cluster, "plan": plan})
+    return out
