@@ -85,18 +85,23 @@ def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
     return {k: cols.get(k, v) for k, v in INPUT_COLUMNS.items()}
 
 
-def broadcast_columns(cols: Mapping[str, object]) -> dict[str, np.ndarray]:
+def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[str, np.ndarray]:
     """Fill defaults, derive ``dp`` when absent, and broadcast every column to one float64 shape.
 
     Exception: a mixture-of-experts column (``cosearch.model.moe``) the caller does not give stays a
     0-d array of its (dense) default, which broadcasts wherever it is used; a dense batch then does
-    not pay for a dozen filled columns it never reads."""
+    not pay for a dozen filled columns it never reads. ``lean`` (the evaluator's own input) keeps
+    every single-valued column 0-d that way, except ``gpus`` and ``dp``, which carry the shape."""
     full = _full_columns(cols)
     if full["dp"] is None:
         full["dp"] = np.asarray(full["gpus"], dtype=float) / (
             np.asarray(full["tp"], dtype=float) * np.asarray(full["pp"], dtype=float) * np.asarray(full["cp"], dtype=float)
         )
-    keys = [k for k in full if k in cols or k not in MOE_INPUT_COLUMNS or k == "dp"]
+    if lean:  # 0-d columns stay 0-d: the same values wherever they broadcast, none of the copies
+        full = {k: np.asarray(v, dtype=float) for k, v in full.items()}
+        keys = [k for k, v in full.items() if v.ndim or k in ("gpus", "dp")]
+    else:
+        keys = [k for k in full if k in cols or k not in MOE_INPUT_COLUMNS or k == "dp"]
     arrays = np.broadcast_arrays(*(np.asarray(full[k], dtype=float) for k in keys))
     out = {k: np.ascontiguousarray(a) for k, a in zip(keys, arrays)}
     return {k: out[k] if k in out else np.asarray(full[k], dtype=float) for k in full}

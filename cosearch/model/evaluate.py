@@ -64,14 +64,15 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
     (broadcast together). Rows that break a divisibility rule get ``valid = False`` (not an
     exception); ``feasible = valid & fits``.
     """
-    c = broadcast_columns(columns)
+    c = broadcast_columns(columns, lean=True)  # single-valued columns stay 0-d
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        shape = next(iter(c.values())).shape
+        shape = c["gpus"].shape
         # a 1-D batch holding dense and MoE/MLA rows (issue 13) is evaluated in two parts, so that
         # neither pays for the other's physics (identical values)
         split = moe.split_rows(c) if len(shape) == 1 else None
         if split is None and (len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS):
-            return _evaluate(c, profile)
+            out = _evaluate(c, profile)
+            return {k: v if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
         return _evaluate_blocks(c, profile, shape[0], split)
 
 
