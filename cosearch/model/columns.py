@@ -112,6 +112,10 @@ def scalar_columns(cols: Mapping[str, object]) -> dict[str, float]:
     values as :func:`broadcast_columns` gives in 0-d arrays: the input of the scalar path
     (:func:`cosearch.model.evaluate_scalar`). Every value must be a scalar (a number, a numpy scalar or
     an array of one element)."""
+    if type(cols) is dict and _NEEDED <= cols.keys() <= _KNOWN and all(type(v) is float for v in cols.values()):
+        out = _DEFAULTS.copy()  # every column given as a float (cosearch.scenario.scenario_columns)
+        out.update(cols)        # keeps the column order
+        return out
     out: dict[str, float] = {}
     present = 0
     get = cols.get
@@ -146,3 +150,6 @@ def scalar_columns(cols: Mapping[str, object]) -> dict[str, float]:
 
 _ABSENT = object()
 _DEFAULT_ITEMS = tuple(INPUT_COLUMNS.items())
+_DEFAULTS = dict(INPUT_COLUMNS)
+_KNOWN = INPUT_COLUMNS.keys()
+_NEEDED = frozenset(k for k, v in INPUT_COLUMNS.items() if v is None)  # the required ones and dp

@@ -188,7 +188,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
 
     # --- one layer, one micro-batch (.layer); skipped where every row is MoE/MLA (.moe replaces it) ---
     in_B = kern.BYTES_16BIT - fp8                      # GEMM input bytes: fp8 operands are 1 B
-    ext_only = moe.active(c) and ops.all(moe.extended_rows(c))
+    moe_on = moe.active(c)
+    ext_only = moe_on and ops.all(moe.extended_rows(c))
     if ext_only:
         gemm_f = layer_f = layer_b = layer_r = attn_f = attn_b = act_layer = act_layer_none = None
     else:
@@ -200,7 +201,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
 
     # --- issue 13 hook: MoE / MLA / explicit head_dim rows replace the per-layer values (.moe) ----
     ext = None
-    if moe.active(c):
+    if moe_on:
         ext = moe.terms(c, tok=tok, s_loc=s_loc, mb=mb, tp=tp, sp=sp, pp=pp, v=v, rc=rc, fp8=fp8, in_B=in_B,
                         gemm_Fps=gemm_Fps, attn_Fps=attn_Fps, hbm_Bps=hbm_Bps, t0=t0, fabric=fabric,
                         dense_layer_f=layer_f, dense_layer_b=layer_b, dense_layer_r=layer_r, dense_attn_f=attn_f,
