@@ -355,11 +355,14 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     if ext is not None:
         working = working + ext.dispatch_buf                  # one layer's all-to-all buffers
 
+    div_dense = mem.state_divisors(zero, opt_group)  # the same for every rank's states
+    div_experts = None if ext is None else mem.state_divisors(zero, ext.edp)
+
     def states(params, experts_key):
-        w_, g_, o_ = mem.model_state_bytes(params, zero, opt_group, fp8)
+        w_, g_, o_ = mem.model_state_bytes(params, zero, opt_group, fp8, div_dense)
         if ext is None:
             return w_, g_, o_
-        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8)
+        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8, div_experts)
         return w_ + we, g_ + ge, o_ + oe
     logits_buf = tok * (V / tp) * LOGIT_BYTES
     # gathered ZeRO-3 parameters: PyTorch FSDP holds the current and the prefetched wrapped layer;
