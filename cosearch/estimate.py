@@ -14,6 +14,7 @@ from .model.feasibility import check_scalar
 from .model.columns import scalar_columns
 from .model.interval import interval_coverage
 from .model.profile import DEFAULT_PROFILE
+from .notebook import Estimate  # a dict that renders as a table in Jupyter
 from .scenario import Scenario, load_scenario, scenario_columns
 
 
@@ -141,6 +142,4 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
         assumed = hardware.efficiency_warning(gpu)  # catalog efficiency not measured on this GPU
         if assumed:
             result["warnings"].append(assumed)
-    from .notebook import Estimate  # a dict that renders as a table in Jupyter
-
     return Estimate(result)

@@ -83,9 +83,15 @@ def isfinite(x, *, _S=_SCALARS, type=type):
 
 
 def isin(x, values, *, _S=_SCALARS, type=type):
-    if type(x) in _S and type(values) is tuple:
+    if type(values) is not tuple:
+        return np.isin(x, values)
+    if type(x) in _S:
         return x == x and x in values  # ``in`` matches by identity first: keep NaN out
-    return np.isin(x, values)
+    # a few codes: one comparison each (np.isin's set machinery costs ~25 us a call, even on 0-d)
+    out = np.equal(x, values[0])
+    for v in values[1:]:
+        out = out | np.equal(x, v)
+    return out
 
 
 def logical_not(x, *, _S=_SCALARS, type=type):

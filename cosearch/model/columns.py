@@ -85,18 +85,23 @@ def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
     return {k: cols.get(k, v) for k, v in INPUT_COLUMNS.items()}
 
 
-def broadcast_columns(cols: Mapping[str, object]) -> dict[str, np.ndarray]:
+def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[str, np.ndarray]:
     """Fill defaults, derive ``dp`` when absent, and broadcast every column to one float64 shape.
 
     Exception: a mixture-of-experts column (``cosearch.model.moe``) the caller does not give stays a
     0-d array of its (dense) default, which broadcasts wherever it is used; a dense batch then does
-    not pay for a dozen filled columns it never reads."""
+    not pay for a dozen filled columns it never reads. ``lean`` (the evaluator's own input) keeps
+    every single-valued column 0-d that way, except ``gpus`` and ``dp``, which carry the shape."""
     full = _full_columns(cols)
     if full["dp"] is None:
         full["dp"] = np.asarray(full["gpus"], dtype=float) / (
             np.asarray(full["tp"], dtype=float) * np.asarray(full["pp"], dtype=float) * np.asarray(full["cp"], dtype=float)
         )
-    keys = [k for k in full if k in cols or k not in MOE_INPUT_COLUMNS or k == "dp"]
+    if lean:  # 0-d columns stay 0-d: the same values wherever they broadcast, none of the copies
+        full = {k: np.asarray(v, dtype=float) for k, v in full.items()}
+        keys = [k for k, v in full.items() if v.ndim or k in ("gpus", "dp")]
+    else:
+        keys = [k for k in full if k in cols or k not in MOE_INPUT_COLUMNS or k == "dp"]
     arrays = np.broadcast_arrays(*(np.asarray(full[k], dtype=float) for k in keys))
     out = {k: np.ascontiguousarray(a) for k, a in zip(keys, arrays)}
     return {k: out[k] if k in out else np.asarray(full[k], dtype=float) for k in full}
@@ -107,6 +112,10 @@ def scalar_columns(cols: Mapping[str, object]) -> dict[str, float]:
     values as :func:`broadcast_columns` gives in 0-d arrays: the input of the scalar path
     (:func:`cosearch.model.evaluate_scalar`). Every value must be a scalar (a number, a numpy scalar or
     an array of one element)."""
+    if type(cols) is dict and _NEEDED <= cols.keys() <= _KNOWN and all(type(v) is float for v in cols.values()):
+        out = _DEFAULTS.copy()  # every column given as a float (cosearch.scenario.scenario_columns)
+        out.update(cols)        # keeps the column order
+        return out
     out: dict[str, float] = {}
     present = 0
     get = cols.get
@@ -141,3 +150,6 @@ def scalar_columns(cols: Mapping[str, object]) -> dict[str, float]:
 
 _ABSENT = object()
 _DEFAULT_ITEMS = tuple(INPUT_COLUMNS.items())
+_DEFAULTS = dict(INPUT_COLUMNS)
+_KNOWN = INPUT_COLUMNS.keys()
+_NEEDED = frozenset(k for k, v in INPUT_COLUMNS.items() if v is None)  # the required ones and dp

@@ -68,6 +68,10 @@ def spine_share(size, stride, nvlink_domain, leaf_gpus, oversubscription, all_to
     ``leaf_gpus`` NaN means one NVLink domain per leaf (every byte between domains crosses the spine).
     Returns exactly 1.0 for a full-bisection fabric (``oversubscription == 1``).
     """
+    if ops.all(oversubscription == 1.0) and ops.all(ops.isnan(leaf_gpus)):
+        # what the expressions below give there, NaN inputs included (the share is then x/x >= 1 or
+        # NaN, and NaN only where ``crosses`` is False), without evaluating them
+        return 1.0
     leaf = ops.where(ops.isnan(leaf_gpus), nvlink_domain, leaf_gpus)
     n_ranks = ops.maximum(size, 1.0)
     crosses = n_ranks * stride > leaf

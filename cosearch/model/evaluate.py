@@ -36,6 +36,7 @@ from .pipeline import bubble_slots, num_microbatches
 from .profile import DEFAULT_PROFILE, Profile
 from .statistical import statistical_efficiency, steps_to_target, tokens_to_target
 from .interval import interval_factors
+from .layer import dense_layer, gemm_forward_s
 
 SECONDS_PER_DAY = 86400.0
 #: Bytes the Adam update reads and writes per parameter it owns (fp32 weight, m, v read+write,
@@ -49,10 +50,11 @@ LOGIT_BYTES = 6.0
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
                   "offload")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations")
-#: Rows per pass of the model over a large input: each of its hundreds of temporaries then stays in
-#: the CPU cache (0.5 MB) instead of streaming 8 MB per million rows through memory; 2-3x faster on
-#: a loaded 2-core VM, exact (the model is elementwise). experiments/bench_model.py measures it.
-CHUNK_ROWS = 65536
+#: Rows per pass of the model over a large input: each of its hundreds of temporaries (128 KiB) then
+#: stays in the core's L2 cache (0.5-1 MiB) instead of streaming 8 MB per million rows through memory;
+#: exact (the model is elementwise). np.where on a random mask costs 1.2 ns/row at 16k rows and 3.8 at
+#: 32k (2-core EPYC VM); 16k rows beat 64k by 10-20 %. experiments/bench_model.py measures it.
+CHUNK_ROWS = 16384
 
 
 def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
@@ -62,44 +64,41 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
     (broadcast together). Rows that break a divisibility rule get ``valid = False`` (not an
     exception); ``feasible = valid & fits``.
     """
-    c = broadcast_columns(columns)
+    c = broadcast_columns(columns, lean=True)  # single-valued columns stay 0-d
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        shape = next(iter(c.values())).shape
-        if len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS:
-            return _evaluate_parts(c, profile)
-        return _evaluate_chunked(c, profile, shape[0])
+        shape = c["gpus"].shape
+        # a 1-D batch holding dense and MoE/MLA rows (issue 13) is evaluated in two parts, so that
+        # neither pays for the other's physics (identical values)
+        split = moe.split_rows(c) if len(shape) == 1 else None
+        if split is None and (len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS):
+            out = _evaluate(c, profile)
+            return {k: v if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
+        return _evaluate_blocks(c, profile, shape[0], split)
 
 
-def _evaluate_chunked(c: dict[str, np.ndarray], profile: Profile, n: int) -> dict[str, np.ndarray]:
-    """:func:`_evaluate` over ``CHUNK_ROWS``-row slices written into whole-length outputs."""
+def _evaluate_blocks(c: dict[str, np.ndarray], profile: Profile, n: int, split) -> dict[str, np.ndarray]:
+    """:func:`_evaluate` over blocks of at most ``CHUNK_ROWS`` rows (slices, or with ``split`` row
+    indices of one kind: dense or MoE/MLA), each written straight into whole-length outputs."""
     keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
     out: dict[str, np.ndarray] = {}
-    deeppool = _deeppool_present(c)  # decided once, so that every slice has the same output columns
-    for start in range(0, n, CHUNK_ROWS):
-        stop = min(start + CHUNK_ROWS, n)
-        part = _evaluate_parts({k: v[start:stop] if v.ndim else v for k, v in c.items()}, profile, deeppool=deeppool)
+    deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
+    if split is None:
+        blocks = [slice(start, min(start + CHUNK_ROWS, n)) for start in range(0, n, CHUNK_ROWS)]
+    else:
+        blocks = [idx[start:start + CHUNK_ROWS] for idx in split for start in range(0, idx.size, CHUNK_ROWS)]
+    take = np.take
+    for rows in blocks:
+        if split is None:
+            part = _evaluate({k: v[rows] if v.ndim else v for k, v in c.items()}, profile, deeppool=deeppool)
+        else:
+            part = _evaluate({k: take(v, rows) if v.ndim else v for k, v in c.items()}, profile, deeppool=deeppool)
         if not out:
             out = {k: np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
         for k, v in part.items():
-            out[k][start:stop] = v
-    return out
-
-
-def _evaluate_parts(c: dict[str, np.ndarray], profile: Profile, **kw) -> dict[str, np.ndarray]:
-    """:func:`_evaluate`; a 1-D batch holding dense and MoE/MLA rows (issue 13) is evaluated in two parts
-    written back in place, so that neither pays for the other's physics (identical values)."""
-    split = moe.split_rows(c)
-    if split is None:
-        return _evaluate(c, profile, **kw)
-    kw.setdefault("deeppool", _deeppool_present(c))  # both parts give the same output columns
-    parts = [(idx, _evaluate({k: v[idx] if v.ndim else v for k, v in c.items()}, profile, **kw)) for idx in split]
-    shape = np.shape(c["gpus"])
-    out = {}
-    for key, first in parts[0][1].items():
-        arr = np.empty(shape, dtype=np.result_type(first, parts[1][1][key]))
-        for idx, part in parts:
-            arr[idx] = part[key]
-        out[key] = arr
+            arr = out[k]
+            if type(v) is np.ndarray and v.dtype != arr.dtype and np.result_type(arr, v) != arr.dtype:
+                arr = out[k] = arr.astype(np.result_type(arr, v))  # a block of a wider dtype
+            arr[rows] = v
     return out
 
 
@@ -184,37 +183,25 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     s_loc = s / cp
     tok = mb * s_loc                                  # tokens per micro-batch per rank
     head_dim = h / a
-    kv_loc = head_dim * ops.maximum(kvh / tp, 1.0)     # K (or V) width per TP rank; replicated past kvh
+    kv_loc = dense_kv = head_dim * ops.maximum(kvh / tp, 1.0)  # K (or V) width per TP rank; replicated past kvh
     h_rep = ops.where(sp > 0, h / tp, h)               # width of replicated (norm/dropout) tensors
 
-    # --- one layer, one micro-batch: forward kernels ------------------------------------------
+    # --- one layer, one micro-batch (.layer); skipped where every row is MoE/MLA (.moe replaces it) ---
     in_B = kern.BYTES_16BIT - fp8                      # GEMM input bytes: fp8 operands are 1 B
-    g_qkv = kern.gemm_time_s(tok, h / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
-    g_proj = kern.gemm_time_s(tok, h, h / tp, gemm_Fps, hbm_Bps, t0, in_B)
-    g_fc1 = kern.gemm_time_s(tok, f * (1.0 + gated) / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
-    g_fc2 = kern.gemm_time_s(tok, h, f / tp, gemm_Fps, hbm_Bps, t0, in_B)
-    gemm_f = g_qkv + g_proj + g_fc1 + g_fc2
-    attn_flash = kern.flash_attention_time_s(mb, s_loc, s, h / tp, attn_Fps)
-    attn_std = kern.standard_attention_time_s(mb, s_loc, s, h / tp, a / tp, gemm16_Fps, hbm_Bps)
-    attn_f = ops.where(std_attn > 0, attn_std, attn_flash)
-    attn_b = ops.where(std_attn > 0, 2.0 * attn_std, 2.5 * attn_flash)
-    elem16 = tok * kern.elementwise_bytes_per_token(h_rep, f / tp, gated) / hbm_Bps
-    cast_f = fp8 * tok * kern.fp8_cast_bytes_per_token(h, h / tp, f / tp) / hbm_Bps
-    cast_b = fp8 * tok * kern.fp8_grad_cast_bytes_per_token(h, h / tp + 2.0 * kv_loc, f * (1.0 + gated) / tp) / hbm_Bps
-    elem_f = elem16 + cast_f
-    layer_f = gemm_f + attn_f + elem_f
-    layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem16 + cast_b
-    act_fn_f = tok * kern.BYTES_16BIT * (2.0 + gated) * f / tp / hbm_Bps
-    layer_r = ops.where(rc >= 2, layer_f, ops.where(rc >= 1, ops.where(std_attn > 0, attn_f, act_fn_f), 0.0))
-    act_layer, act_layer_none = mem.layer_activation_bytes(
-        s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, attn_kind, c["dropout"], fp8
-    )
+    moe_on = moe.active(c)
+    ext_only = moe_on and ops.all(moe.extended_rows(c))
+    if ext_only:
+        gemm_f = layer_f = layer_b = layer_r = attn_f = attn_b = act_layer = act_layer_none = None
+    else:
+        gemm_f, layer_f, layer_b, layer_r, attn_f, attn_b, act_layer, act_layer_none = dense_layer(
+            c, tok=tok, s_loc=s_loc, mb=mb, tp=tp, sp=sp, rc=rc, fp8=fp8, in_B=in_B, kv_loc=kv_loc, h_rep=h_rep,
+            gemm_Fps=gemm_Fps, gemm16_Fps=gemm16_Fps, attn_Fps=attn_Fps, hbm_Bps=hbm_Bps, t0=t0)
     layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
     emb_loc = V * h / tp
 
     # --- issue 13 hook: MoE / MLA / explicit head_dim rows replace the per-layer values (.moe) ----
     ext = None
-    if moe.active(c):
+    if moe_on:
         ext = moe.terms(c, tok=tok, s_loc=s_loc, mb=mb, tp=tp, sp=sp, pp=pp, v=v, rc=rc, fp8=fp8, in_B=in_B,
                         gemm_Fps=gemm_Fps, attn_Fps=attn_Fps, hbm_Bps=hbm_Bps, t0=t0, fabric=fabric,
                         dense_layer_f=layer_f, dense_layer_b=layer_b, dense_layer_r=layer_r, dense_attn_f=attn_f,
@@ -320,6 +307,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         offload_mb = offload_b = 0.0
     slot = work_f + work_b + pp_mb + fsdp_mb + offload_mb
     if split_bwd:
+        if gemm_f is None:  # the dense GEMMs' weight-gradient share, as for dense rows (schedules.py)
+            gemm_f = gemm_forward_s(tok, h, f, gated, tp, dense_kv, gemm_Fps, hbm_Bps, t0, in_B)
         bubble = sch.bubble_time_s(sched, pp, v, slot, work_f, sch.weight_grad_time_s(n_stage, gemm_f, logit_gemm))
     else:
         bubble = bubble_slots(pp, v) * slot
@@ -366,11 +355,14 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     if ext is not None:
         working = working + ext.dispatch_buf                  # one layer's all-to-all buffers
 
+    div_dense = mem.state_divisors(zero, opt_group)  # the same for every rank's states
+    div_experts = None if ext is None else mem.state_divisors(zero, ext.edp)
+
     def states(params, experts_key):
-        w_, g_, o_ = mem.model_state_bytes(params, zero, opt_group, fp8)
+        w_, g_, o_ = mem.model_state_bytes(params, zero, opt_group, fp8, div_dense)
         if ext is None:
             return w_, g_, o_
-        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8)
+        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8, div_experts)
         return w_ + we, g_ + ge, o_ + oe
     logits_buf = tok * (V / tp) * LOGIT_BYTES
     # gathered ZeRO-3 parameters: PyTorch FSDP holds the current and the prefetched wrapped layer;

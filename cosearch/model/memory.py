@@ -32,15 +32,23 @@ GRAD_BYTES = 2.0
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam momentum + variance
 
 
-def model_state_bytes(params_local, zero, shard_group, fp8):
-    """(weights, gradients, optimizer) bytes of ``params_local`` parameters under ZeRO stage ``zero``.
+def state_divisors(zero, shard_group):
+    """What ZeRO stage ``zero`` divides the (weights, gradients, optimizer) states by: the shard group
+    from stage 3, 2 and 1 on (computed once for the several ranks :func:`model_state_bytes` sizes)."""
+    shard = ops.maximum(shard_group, 1.0)
+    return ops.where(zero >= 3, shard, 1.0), ops.where(zero >= 2, shard, 1.0), ops.where(zero >= 1, shard, 1.0)
+
+
+def model_state_bytes(params_local, zero, shard_group, fp8, divisors=None):
+    """(weights, gradients, optimizer) bytes of ``params_local`` parameters under ZeRO stage ``zero``;
+    ``divisors``: :func:`state_divisors` of (``zero``, ``shard_group``) where already known.
 
     FP8 training (Transformer Engine) keeps an extra 1-byte copy of the weights.
     """
-    shard = ops.maximum(shard_group, 1.0)
-    weights = params_local * (WEIGHT_BYTES + fp8) / ops.where(zero >= 3, shard, 1.0)
-    grads = params_local * GRAD_BYTES / ops.where(zero >= 2, shard, 1.0)
-    optimizer = params_local * OPTIMIZER_BYTES / ops.where(zero >= 1, shard, 1.0)
+    div_w, div_g, div_o = divisors or state_divisors(zero, shard_group)
+    weights = params_local * (WEIGHT_BYTES + fp8) / div_w
+    grads = params_local * GRAD_BYTES / div_g
+    optimizer = params_local * OPTIMIZER_BYTES / div_o
     return weights, grads, optimizer
 
 

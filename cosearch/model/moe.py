@@ -121,11 +121,17 @@ def split_rows(c):
     gpus = c["gpus"]
     if np.ndim(gpus) != 1 or gpus.size < 2 or not active(c):
         return None
-    ext = np.broadcast_to((c["experts"] > 0) | (c["mla"] > 0) | ~np.isnan(c["head_dim"]), gpus.shape)
+    ext = np.broadcast_to(extended_rows(c), gpus.shape)
     n_ext = int(np.count_nonzero(ext))
     if n_ext == 0 or n_ext == ext.size:
         return None
     return np.flatnonzero(~ext), np.flatnonzero(ext)
+
+
+def extended_rows(c):
+    """True where a row is extended (experts, MLA or an explicit head_dim): :func:`terms` replaces its
+    dense per-layer values."""
+    return (c["experts"] > 0) | (c["mla"] > 0) | ops.logical_not(ops.isnan(c["head_dim"]))
 
 
 def widths(c):
