@@ -1,0 +1,78 @@
+"""Parameters, resolved widths and training FLOPs per token of MoE / MLA models (issue 13).
+
+Architecture (per layer, parameters; the training FLOPs of a weight are 6 per token):
+* attention, GQA/MHA with head dim d: h*a*d (Q) + 2*h*kvh*d (K, V) + a*d*h (output).
+* attention, MLA (DeepSeek-V2, Liu et al. 2024, arXiv 2405.04434 sec. 2.1, eqs. 9-19): down
+  projections h*q_lora (Q; a direct h*a*d_qk projection when q_lora_rank is 0) and
+  h*(kv_lora + d_rope) (compressed KV plus the shared RoPE key), up projections q_lora*a*d_qk and
+  kv_lora*a*(d_nope + d_v), output a*d_v*h; d_qk = d_nope + d_rope. Training does not absorb the up
+  projections. The down projections are replicated over TP ranks (Megatron-Core MLA), the rest split.
+* MoE MLP (Fedus et al. 2022; DeepSeekMoE, Dai et al. 2024): router h*E, E routed experts of
+  (2 + gated)*h*f_e each, of which top_k act per token, and shared experts (2 + gated)*h*f_s each;
+  the first ``dense_layers`` layers keep a dense MLP of width ``dense_ffn_hidden`` (DeepSeek-V3:
+  ``first_k_dense_replace = 3``).
+Active parameters count top_k of the E routed experts (the convention of MoE papers: DeepSeek-V3
+"671B total, 37B activated"); model FLOPs for MFU use the active parameters.
+"""
+from __future__ import annotations
+
+from . import _ops as ops
+
+
+def widths(c):
+    """Resolved widths: (f_expert, f_dense, f_shared_total, head_dim, d_qk, d_v)."""
+    f, mla = c["ffn_hidden"], c["mla"] > 0
+    fe = ops.where(ops.isnan(c["expert_ffn_hidden"]), f, c["expert_ffn_hidden"])
+    fd = ops.where(ops.isnan(c["dense_ffn_hidden"]), f, c["dense_ffn_hidden"])
+    fs = c["shared_experts"] * ops.where(ops.isnan(c["shared_ffn_hidden"]), fe, c["shared_ffn_hidden"])
+    d = ops.where(ops.isnan(c["head_dim"]), c["hidden"] / c["heads"], c["head_dim"])
+    d_qk = ops.where(mla, c["qk_nope_head_dim"] + c["qk_rope_head_dim"], d)
+    d_v = ops.where(mla, c["v_head_dim"], d)
+    return fe, fd, fs, d, d_qk, d_v
+
+
+def attention_params(c, tp=1.0, w=None):
+    """(parameters of one attention block, of them on one TP rank); ``w``: :func:`widths` if known."""
+    h, a, kvh = c["hidden"], c["heads"], c["kv_heads"]
+    _, _, _, d, d_qk, d_v = w or widths(c)
+    ql, kvl, rope, nope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"]
+    kv_loc = d * ops.maximum(kvh / tp, 1.0)
+    gqa = 2.0 * h * a * d + 2.0 * h * kvh * d
+    gqa_loc = 2.0 * h * a * d / tp + 2.0 * h * kv_loc
+    q_rep = ops.where(ql > 0, h * ql, 0.0)
+    q_split = ops.where(ql > 0, ql, h) * a * d_qk
+    rep = q_rep + h * (kvl + rope)
+    split = q_split + kvl * a * (nope + d_v) + a * d_v * h
+    mla = c["mla"] > 0
+    return ops.where(mla, rep + split, gqa), ops.where(mla, rep + split / tp, gqa_loc)
+
+
+def param_counts(c, w=None):
+    """(total, active) parameters of the model (biases and norms omitted, as :mod:`.flops`)."""
+    h, L, E, g = c["hidden"], c["layers"], c["experts"], c["gated_mlp"]
+    w = w or widths(c)
+    fe, fd, fs, *_ = w
+    attn, _ = attention_params(c, 1.0, w)
+    moe = E > 0
+    n_dense = ops.where(moe, c["dense_layers"], L)
+    mlp_w = (2.0 + g) * h
+    dense_layer = attn + mlp_w * fd
+    moe_common = attn + h * E + mlp_w * fs
+    experts = E * mlp_w * fe
+    emb = c["vocab"] * h * (2.0 - c["tied_embeddings"])
+    total = n_dense * dense_layer + (L - n_dense) * (moe_common + experts) + emb
+    active_ = n_dense * dense_layer + (L - n_dense) * (moe_common + ops.where(moe, c["top_k"] / E, 0.0) * experts) + emb
+    return total, active_
+
+
+def flops_per_token(c, counts=None, w=None):
+    """(active-parameter, total-parameter) training FLOPs per token: 3 x forward, forward = 2 x
+    weights + attention scores and values 2*s*a*(d_qk + d_v) per layer (4*s*h for MHA, :mod:`.flops`).
+    ``counts``: :func:`param_counts` and ``w``: :func:`widths` where already known."""
+    w = w or widths(c)
+    total, act = counts or param_counts(c, w)
+    emb_in = c["vocab"] * c["hidden"]  # the input embedding is a lookup, not a matmul
+    _, _, _, _, d_qk, d_v = w
+    core = c["layers"] * 2.0 * c["seq_len"] * c["heads"] * (d_qk + d_v)
+    tied_out = ops.where(c["tied_embeddings"] > 0, emb_in, 0.0)  # tied: the shared matrix is the output layer
+    return (3.0 * (2.0 * (act - emb_in + tied_out) + core), 3.0 * (2.0 * (total - emb_in + tied_out) + core))
