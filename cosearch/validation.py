@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._cells import _num, _recompute, _stated  # noqa: F401 - re-exported
 from .errors import CosearchError
 from .model import evaluate
 from .model.columns import INPUT_COLUMNS, broadcast_columns
@@ -26,6 +26,7 @@ from .model.feasibility import check_scalar
 from .model.flops import megatron_flops_per_iteration
 from .model.profile import DEFAULT_PROFILE, Profile
 from .scenario import parse_scenario, scenario_columns
+from . import validation_moe
 
 log = logging.getLogger(__name__)
 
@@ -56,28 +57,11 @@ def _gpu_id(text: str) -> tuple[str, dict[str, float]]:
     raise ValueError(f"unknown gpu_type {text!r}")
 
 
-def _recompute(text: Any, source: str) -> str:
-    if isinstance(text, str):
-        t = text.lower()
-        if t.startswith("full"):
-            return "full"
-        if "selective" in t:
-            return "selective"
-        if t.startswith("none"):
-            return "none"
-    return "full" if source in {"S4", "S5"} else "none"  # Megatron-LM 2019-2021 example scripts checkpoint
-
-
-def _num(x: Any) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
-
-
 def measured_step_time_s(row: pd.Series) -> float | None:
     """Step time from the row: stated iteration time, else batch*seq/tokens_per_s, else S1's
     teraFLOP/s per GPU through eq. 3 of Narayanan et al."""
     if _num(row.get("experts")):  # issue 13: MoE rows (GPU-hours, FLOPs per token; cosearch.validation_moe)
-        from .validation_moe import measured_step_time
-        return measured_step_time(row)[0]
+        return validation_moe.measured_step_time(row)[0]
     if _num(row.iteration_time_s):
         return float(row.iteration_time_s)
     if _num(row.tokens_per_s) and _num(row.seq_len):
@@ -88,19 +72,6 @@ def measured_step_time_s(row: pd.Series) -> float | None:
         flops = megatron_flops_per_iteration(row.global_batch_size, row.seq_len, row.n_layers, row.hidden_size, row.vocab_size)
         return float(flops / (row.tflops_per_gpu * 1e12 * row.num_gpus))
     return None
-
-
-def _stated(text: Any) -> bool | None:
-    """A yes/no cell (``yes (yaml)``, ``no``, 1, 0) as a bool; None when the source does not say."""
-    if isinstance(text, str):
-        t = text.strip().lower()
-        if t.startswith(("yes", "true", "on")):
-            return True
-        if t.startswith(("no", "false", "off")):
-            return False
-        return None
-    v = _num(text)
-    return None if v is None else bool(v)
 
 
 def _architecture(name: str) -> tuple[bool, bool]:
@@ -125,8 +96,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     distributed optimizer (ZeRO-1 over data x context parallel ranks), sequence parallelism with
     tensor parallelism, and tensor-parallel communication overlap (userbuffers) on H100."""
     if _num(row.get("experts")):  # issue 13: MoE rows, same contract (cosearch.validation_moe)
-        from .validation_moe import moe_row_scenarios
-        return moe_row_scenarios(row)
+        return validation_moe.moe_row_scenarios(row)
     needed = (row.n_layers, row.hidden_size, row.n_heads, row.vocab_size, row.seq_len, row.global_batch_size)
     if any(_num(x) is None for x in needed):
         return None

@@ -23,18 +23,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._cells import _num, _recompute, _stated
+
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
 MOE_PATH = Path(__file__).resolve().parents[1] / "experiments" / "data" / "validation" / "published_runs_moe.csv"
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_TRILLION = 1e12
-
-
-def _num(x: Any) -> float | None:
-    """A CSV cell as a float, or None when empty."""
-    if x is None or (isinstance(x, str) and not x.strip()):
-        return None
-    v = float(x)
-    return None if math.isnan(v) else v
 
 
 def tokens_per_s_per_gpu_from_gpu_hours(gpu_hours_per_trillion_tokens: float) -> float:
@@ -151,8 +145,6 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     padded capacity factor fixes each expert's rows at capacity; DeepSeek-V3's own run (S24) used DeepEP
     with DualPipe's full computation-communication overlap (arXiv 2412.19437 sec. 3.2.1-3.2.2).
     """
-    from .validation import _recompute, _stated  # local: validation imports this module
-
     get = row.get
     gpu = get("gpu")
     if not isinstance(gpu, str) or not gpu or _num(get("num_gpus")) is None:
