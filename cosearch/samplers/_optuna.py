@@ -57,7 +57,7 @@ def optuna_method(name: str, space: SearchSpace, codec: ParamCodec, seed: int | 
         warnings.simplefilter("ignore", ExperimentalWarning)
         warnings.simplefilter("ignore", FutureWarning)
         if name == "tpe":
-            # multivariate: the note in shared/notes/optuna-5.md measured the default
+            # multivariate: the note in experiments/data/notes/optuna-5.md measured the default
             # (independent) TPE at 0.79 of the exact hypervolume where this reaches 1.00.
             m = OptunaMethod(name, optuna.samplers.TPESampler(seed=seed, multivariate=True, group=False, constant_liar=True,
                                                               n_startup_trials=max(10, 2 * d),
