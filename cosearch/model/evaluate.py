@@ -348,7 +348,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     else:
         offload_end = 0.0
 
-    step = (m * slot + bubble if split_bwd else (m + bubble_slots(pp, v)) * slot) + dp_exposed + optimizer + offload_end
+    pipeline = (m + bubble_slots(pp, v)) * slot  # 1F1B / interleaved; zero-bubble and DualPipe rows: m slots + bubble
+    if split_bwd:  # per row, so a row's step never depends on what else is in its batch
+        pipeline = ops.where(sched >= sch.ZB_H1, m * slot + bubble, pipeline)
+    step = pipeline + dp_exposed + optimizer + offload_end
 
     # --- memory -----------------------------------------------------------------------------------
     working = ops.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
