@@ -34,11 +34,9 @@ from .columns import broadcast_columns, scalar_columns
 from .feasibility import valid_mask
 from .pipeline import bubble_slots, num_microbatches
 from .profile import DEFAULT_PROFILE, Profile
-from .statistical import statistical_efficiency, steps_to_target, tokens_to_target
-from .interval import interval_factors
+from .training import SECONDS_PER_DAY, training_metrics  # noqa: F401 - SECONDS_PER_DAY re-exported
 from .layer import dense_layer, gemm_forward_s
 
-SECONDS_PER_DAY = 86400.0
 #: Bytes the Adam update reads and writes per parameter it owns (fp32 weight, m, v read+write,
 #: 16-bit gradient read, 16-bit weight copy write): 2*(4+4+4+2).
 OPTIMIZER_TRAFFIC_BYTES = 28.0
@@ -446,19 +444,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     attn_core = L * fl.attention_flops_per_token(h, s) * tokens_step
     recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - 2.0 * h * V * tokens_step,
                                    ops.where((rc >= 1) & std_attn, attn_core, 0.0))
-    tokens_per_s = tokens_step / step
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12
-    price = c["price_usd_per_gpu_hour"]
-    cost_step = gpus * price * step / 3600.0
-    steps_to_train = c["tokens"] / tokens_step
-    train_s = steps_to_train * step
-    batch_tokens = tokens_step
-    target_steps = steps_to_target(c["target_tokens"], c["critical_batch_tokens"], batch_tokens)
-    accuracy_s = target_steps * step
+    run = training_metrics(step, tokens_step, gpus * c["price_usd_per_gpu_hour"], gpus * c["power_w"], c["tokens"],
+                           c["target_tokens"], c["critical_batch_tokens"])
+    tokens_per_s = run["tokens_per_s"]
     valid = valid_mask(c)
-    band_low, band_high = interval_factors()  # 80 % prediction interval (cosearch.model.interval)
-    train_days, train_usd = train_s / SECONDS_PER_DAY, gpus * price * train_s / 3600.0
 
     out = {
         "valid": valid,
@@ -473,15 +464,15 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         "mfu": model_tflops_per_gpu * 1e12 / peak,
         "memory_gib": memory_bytes / mem.GIB,
         "usable_memory_gib": usable / mem.GIB,
-        "cost_usd_per_step": cost_step,
-        "time_to_train_days": train_days,
-        "cost_to_train_usd": train_usd,
-        "energy_to_train_mwh": gpus * c["power_w"] * train_s / 3.6e9,
-        "steps_to_target": target_steps,
-        "tokens_to_target": tokens_to_target(c["target_tokens"], c["critical_batch_tokens"], batch_tokens),
-        "statistical_efficiency": statistical_efficiency(c["critical_batch_tokens"], batch_tokens),
-        "time_to_accuracy_days": accuracy_s / SECONDS_PER_DAY,
-        "cost_to_accuracy_usd": gpus * price * accuracy_s / 3600.0,
+        "cost_usd_per_step": run["cost_usd_per_step"],
+        "time_to_train_days": run["time_to_train_days"],
+        "cost_to_train_usd": run["cost_to_train_usd"],
+        "energy_to_train_mwh": run["energy_to_train_mwh"],
+        "steps_to_target": run["steps_to_target"],
+        "tokens_to_target": run["tokens_to_target"],
+        "statistical_efficiency": run["statistical_efficiency"],
+        "time_to_accuracy_days": run["time_to_accuracy_days"],
+        "cost_to_accuracy_usd": run["cost_to_accuracy_usd"],
         "gpus": gpus,
         "dp": dp,
         "num_microbatches": m,
@@ -507,12 +498,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         "expansion_fits": expansion_ok,
         "idle_share": 1.0 - (m * (c_f + c_b + c_r)) / step,
         # 80 % prediction interval of the step time (cosearch.model.interval), and training at its ends
-        "step_time_low_s": step * band_low,
-        "step_time_high_s": step * band_high,
-        "time_to_train_low_days": train_days * band_low,
-        "time_to_train_high_days": train_days * band_high,
-        "cost_to_train_low_usd": train_usd * band_low,
-        "cost_to_train_high_usd": train_usd * band_high,
+        "step_time_low_s": run["step_time_low_s"],
+        "step_time_high_s": run["step_time_high_s"],
+        "time_to_train_low_days": run["time_to_train_low_days"],
+        "time_to_train_high_days": run["time_to_train_high_days"],
+        "cost_to_train_low_usd": run["cost_to_train_low_usd"],
+        "cost_to_train_high_usd": run["cost_to_train_high_usd"],
     }
     if parts is not None:  # hook for cosearch.model.hetero: one layer's and one stage's pieces, per micro-batch
         parts.update(

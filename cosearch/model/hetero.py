@@ -31,13 +31,12 @@ from . import communication as comm
 from . import flops as fl
 from . import memory as mem
 from .columns import INPUT_COLUMNS
-from .evaluate import BREAKDOWN_KEYS, OPTIMIZER_TRAFFIC_BYTES, SECONDS_PER_DAY, evaluate, evaluate_parts
-from .interval import interval_factors
+from .evaluate import BREAKDOWN_KEYS, OPTIMIZER_TRAFFIC_BYTES, evaluate, evaluate_parts
 from .pipeline import bubble_slots
 from .profile import DEFAULT_PROFILE, Profile
 from .split import balanced_split
 from .schedules import SCHEDULE_CODES
-from .statistical import statistical_efficiency, steps_to_target, tokens_to_target
+from .training import training_metrics
 
 HETERO_CODES = {"pipeline": 0, "data": 1}
 #: Per-GPU-type columns (catalog values with overrides); everything else is shared by the types.
@@ -257,31 +256,25 @@ def _metrics(sh, r, hws, use, red_total=None):
     peak_sum = sum(u * hw["peak_tflops"] for u, hw in zip(use, hws)) * 1e12
     usd_h = sum(u * hw["price_usd_per_gpu_hour"] for u, hw in zip(use, hws))
     watts = sum(u * hw["power_w"] for u, hw in zip(use, hws))
-    train_s = sh["tokens"] / tokens_step * step
-    acc_s = steps_to_target(sh["target_tokens"], sh["critical_batch_tokens"], tokens_step) * step
-    lo, hi = interval_factors()
+    run = training_metrics(step, tokens_step, usd_h, watts, sh["tokens"], sh["target_tokens"], sh["critical_batch_tokens"])
     fits = np.all(r["fitk"], axis=0)
     mt = flops / (step * gpus) / 1e12
     out = {
         "valid": r["valid"], "fits": fits, "feasible": r["valid"] & fits, "step_time_s": step,
-        "tokens_per_s": tokens_step / step, "model_tflops_per_gpu": mt, "hardware_tflops_per_gpu": mt * hw_ratio,
+        "tokens_per_s": run["tokens_per_s"], "model_tflops_per_gpu": mt, "hardware_tflops_per_gpu": mt * hw_ratio,
         "mfu": flops / (step * peak_sum), "memory_gib": r["mem_tight"] / mem.GIB,
-        "usable_memory_gib": r["usable_tight"] / mem.GIB, "cost_usd_per_step": usd_h * step / 3600.0,
-        "time_to_train_days": train_s / SECONDS_PER_DAY, "cost_to_train_usd": usd_h * train_s / 3600.0,
-        "energy_to_train_mwh": watts * train_s / 3.6e9,
-        "steps_to_target": steps_to_target(sh["target_tokens"], sh["critical_batch_tokens"], tokens_step),
-        "tokens_to_target": tokens_to_target(sh["target_tokens"], sh["critical_batch_tokens"], tokens_step),
-        "statistical_efficiency": statistical_efficiency(sh["critical_batch_tokens"], tokens_step),
-        "time_to_accuracy_days": acc_s / SECONDS_PER_DAY, "cost_to_accuracy_usd": usd_h * acc_s / 3600.0,
+        "usable_memory_gib": r["usable_tight"] / mem.GIB,
+        **{k: run[k] for k in ("cost_usd_per_step", "time_to_train_days", "cost_to_train_usd", "energy_to_train_mwh",
+                               "steps_to_target", "tokens_to_target", "statistical_efficiency",
+                               "time_to_accuracy_days", "cost_to_accuracy_usd")},
         "gpus": gpus, "dp": r["dp"], "num_microbatches": r["m"],
         "params": fl.total_params(sh["layers"], sh["hidden"], sh["heads"], sh["kv_heads"], sh["ffn_hidden"],
                                   sh["gated_mlp"], sh["vocab"], sh["tied_embeddings"]),
         "total_param_tflops_per_gpu": mt,  # issue 13 outputs: dense rows only here, active = total
         "dp_comm_total_s": r["brk"]["dp_comm"], "expansion_used_gib": np.zeros(n), "expansion_fits": np.ones(n, bool),
         "idle_share": 1.0 - r["busy_frac"],
-        "step_time_low_s": step * lo, "step_time_high_s": step * hi,
-        "time_to_train_low_days": train_s / SECONDS_PER_DAY * lo, "time_to_train_high_days": train_s / SECONDS_PER_DAY * hi,
-        "cost_to_train_low_usd": usd_h * train_s / 3600.0 * lo, "cost_to_train_high_usd": usd_h * train_s / 3600.0 * hi,
+        **{k: run[k] for k in ("step_time_low_s", "step_time_high_s", "time_to_train_low_days",
+                               "time_to_train_high_days", "cost_to_train_low_usd", "cost_to_train_high_usd")},
     }
     out["active_params"] = out["params"]
     for k in BREAKDOWN_KEYS:
