@@ -27,6 +27,10 @@ REFERENCE_FIT_ETA = 0.707
 PRECISIONS = ("bf16", "fp16", "fp8")
 
 
+#: Per-GPU model columns read from a catalog entry's efficiency block (besides the datasheet values).
+EFFICIENCY_COLUMNS = ("matmul_efficiency", "matmul_efficiency_fp8", "legacy_attention_efficiency")
+
+
 def matmul_eta(large_gemm_fraction: float | None, reference_fraction: float) -> float:
     """The model's matmul efficiency for a measured large-GEMM fraction of peak (bf16 or fp8):
     ``fraction x REFERENCE_FIT_ETA / reference_fraction``, so the reference GPU reproduces its fitted
@@ -60,7 +64,8 @@ def _reference_fraction(gpus: dict[str, dict[str, Any]]) -> float:
 def catalog() -> dict[str, dict[str, Any]]:
     """The GPU catalog as ``{id: entry}``. Each entry also gets the model's ``matmul_efficiency``
     (bf16) and ``matmul_efficiency_fp8`` (NaN without an fp8 measurement) from its ``efficiency``
-    block (:func:`matmul_eta`), ``efficiency_measured`` (bool), ``efficiency_source`` and
+    block (:func:`matmul_eta`), ``legacy_attention_efficiency`` (the fraction of 16-bit peak that
+    attention kernels written for an older architecture reach; NaN: no cap), ``efficiency_measured`` (bool), ``efficiency_source`` and
     ``efficiency_assumption`` (None when measured). A null price becomes NaN (cost outputs empty)."""
     text = data_text("gpus.yaml")
     gpus = yaml.safe_load(text)["gpus"]
@@ -73,6 +78,8 @@ def catalog() -> dict[str, dict[str, Any]]:
         eff = _efficiency_block(gid, entry)
         entry["matmul_efficiency"] = matmul_eta(eff["large_gemm_bf16"], ref)
         entry["matmul_efficiency_fp8"] = matmul_eta(eff.get("large_gemm_fp8"), ref)
+        legacy = eff.get("legacy_attention")
+        entry["legacy_attention_efficiency"] = float("nan") if legacy is None else float(legacy)
         entry["efficiency_measured"] = bool(eff.get("measured", False))
         entry["efficiency_source"] = str(eff["source"])
         entry["efficiency_assumption"] = None if entry["efficiency_measured"] else str(

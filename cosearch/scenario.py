@@ -76,9 +76,10 @@ class TrainingSpec(_Strict):
     global_batch: Int = Field(gt=0, le=10**9, description="sequences per optimizer step")
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     tokens: Optional[Float] = Field(None, ge=1, le=MAX_TOKENS, description="tokens to train, for time-to-train and cost")
-    attention: Literal["flash", "standard", "triton"] = Field(
-        "flash", description="flash: fused kernels of 2023 on (FlashAttention-2/3, cuDNN); standard: unfused; "
-        "triton: the 2023 Triton flash-attention kernel")
+    attention: Literal["flash", "standard", "triton", "flash2"] = Field(
+        "flash", description="flash: the GPU's own fused kernel (FlashAttention-2 on Ampere, FlashAttention-3/cuDNN on "
+        "Hopper on); standard: unfused; triton: the 2023 Triton flash-attention kernel; flash2: FlashAttention-2 or "
+        "PyTorch SDPA's flash backend on any GPU (35 % of H100 peak: no Hopper path)")
     dropout: Bool = Field(False, description="dropout layers on (GPT-3-era recipes); modern LLM recipes train without")
     target_tokens: Optional[Float] = Field(
         None, ge=1, le=MAX_TOKENS, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
@@ -320,8 +321,8 @@ def hardware_values(cluster: ClusterSpec, precision: str) -> dict[str, float]:
     if cluster.gpus_per_node is not None and cluster.nvlink_domain is None and node_scoped_nvlink:
         values["nvlink_domain"] = float(cluster.gpus_per_node)  # NVLink ends at the node boundary
     values["peak_tflops"] = hardware.peak_tflops(cluster.gpu, precision)
-    values["matmul_efficiency"] = float(entry["matmul_efficiency"])
-    values["matmul_efficiency_fp8"] = float(entry["matmul_efficiency_fp8"])  # NaN: bf16 x profile ratio
+    for key in hardware.EFFICIENCY_COLUMNS:  # NaN fp8 / legacy attention: bf16 x profile ratio / no cap
+        values[key] = float(entry[key])
     return values
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cosearch import CosearchError, estimate, load_scenario
+from cosearch import CosearchError, estimate, hardware, load_scenario
 from cosearch.cloud import (CLOUD_COLUMNS, evaluate_cloud, expected_wall_time, instance_codes, load_catalog,
                             optimal_interval, transient_metrics, wall_time_moments, wall_time_quantiles)
 from cosearch.cloud.transient import CHECKPOINT_BYTES_PER_PARAM, checkpoint_write_s
@@ -213,7 +213,7 @@ def _columns(n=1):
 
     c = scenario_columns(load_scenario(_scenario()))
     for k in ("gpus", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour", "peak_tflops",
-              "matmul_efficiency", "matmul_efficiency_fp8", "hbm_gib", "hbm_tbps", "nvlink_gbps", "power_w", "dp"):
+              *hardware.EFFICIENCY_COLUMNS, "hbm_gib", "hbm_tbps", "nvlink_gbps", "power_w", "dp"):
         c.pop(k)
     return {k: np.full(n, v) for k, v in c.items()}
 

@@ -218,7 +218,7 @@ class Catalog:
             "failure_per_hour": col(lambda it: it.failure_per_hour),
             "storage_gbps": col(lambda it: it.storage_gbps),
             "peak_tflops": col(lambda it: peak(it.gpu)),
-            "matmul_efficiency": g("matmul_efficiency"), "matmul_efficiency_fp8": g("matmul_efficiency_fp8"),
+            **{key: g(key) for key in hardware.EFFICIENCY_COLUMNS},
             "hbm_gib": g("hbm_gib"), "hbm_tbps": g("hbm_tbps"), "nvlink_gbps": g("nvlink_gbps"),
             "power_w": g("power_w"),
         }

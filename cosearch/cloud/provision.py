@@ -28,6 +28,7 @@ from typing import Any, Literal, Mapping, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import hardware
 from .._numbers import Float, Int
 from ..errors import CosearchError
 from .catalog import Catalog, InstanceType, load_catalog
@@ -182,8 +183,7 @@ def instance_columns(instance, instances, spot=0.0, precision="bf16", catalog: C
     return {
         "gpus": n * g, "gpus_per_node": g, "nvlink_domain": a["nvlink_domain"][idx],
         "network_gbps": a["network_gbps_per_gpu"][idx], "price_usd_per_gpu_hour": price_inst / g,
-        "peak_tflops": peak_of(idx), "matmul_efficiency": a["matmul_efficiency"][idx],
-        "matmul_efficiency_fp8": a["matmul_efficiency_fp8"][idx],
+        "peak_tflops": peak_of(idx), **{key: a[key][idx] for key in hardware.EFFICIENCY_COLUMNS},
         "hbm_gib": a["hbm_gib"][idx], "hbm_tbps": a["hbm_tbps"][idx], "nvlink_gbps": a["nvlink_gbps"][idx],
         "power_w": a["power_w"][idx],
     }

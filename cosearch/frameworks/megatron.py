@@ -92,7 +92,7 @@ def flags(sc: Scenario) -> list[str]:
         out += ["--untie-embeddings-and-output-weights"]
     drop = "0.1" if t.dropout else "0.0"
     out += ["--attention-dropout", drop, "--hidden-dropout", drop]
-    out += ["--attention-backend", "flash" if t.attention == "flash" else "unfused"]
+    out += ["--attention-backend", "flash" if t.attention in ("flash", "flash2") else "unfused"]
     out += ["--micro-batch-size", pl.microbatch, "--global-batch-size", t.global_batch]
     if t.tokens is not None:
         out += ["--train-samples", int(-(-t.tokens // m.seq_len))]

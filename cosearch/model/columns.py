@@ -16,9 +16,11 @@ from .schedules import SCHEDULE_CODES
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
-#: flash: fused attention kernels of 2023 on (FlashAttention-2/3, cuDNN, Transformer Engine); standard:
-#: unfused (pre-2022 Megatron-LM); triton: the 2023 Triton flash-attention kernel (llm-foundry, ALiBi).
-ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2}
+#: flash: the GPU's own fused attention kernel (FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN /
+#: Transformer Engine on Hopper and later); standard: unfused (pre-2022 Megatron-LM); triton: the 2023
+#: Triton flash-attention kernel (llm-foundry, ALiBi); flash2: FlashAttention-2 (or PyTorch SDPA's flash
+#: backend) on any GPU, which on Hopper runs without the architecture's wgmma/TMA path.
+ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2, "flash2": 3}
 
 #: Scenario fields given as words, and their numeric codes (column name -> {word: code}).
 #: A new categorical knob registers its codes here; scenario and search space pick it up.
@@ -40,6 +42,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
     # hardware (resolved from the catalog plus overrides)
     "peak_tflops": None, "matmul_efficiency": None, "hbm_gib": None, "hbm_tbps": None,
+    "legacy_attention_efficiency": np.nan,  # fraction of 16-bit peak pre-architecture attention kernels reach; NaN: no cap
     "matmul_efficiency_fp8": np.nan,  # fraction of the fp8 peak large GEMMs reach; NaN: bf16 value x profile ratio
     "nvlink_gbps": None, "nvlink_domain": None, "gpus_per_node": None, "network_gbps": None,
     "power_w": None, "price_usd_per_gpu_hour": None,

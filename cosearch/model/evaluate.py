@@ -167,7 +167,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     gemm_Fps = peak * gemm_eff
     peak16 = ops.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
     gemm16_Fps = peak16 * c["matmul_efficiency"] * p.matmul_scale
-    attn_Fps = gemm16_Fps * p.flash_attention_relative * ops.where(attn_kind == 2, p.triton_attention_relative, 1.0)
+    attn_Fps = gemm16_Fps * p.flash_attention_relative
+    if ops.any(attn_kind >= 2):  # kernels written for an older architecture, capped at their measured rate (gpus.yaml)
+        legacy = c["legacy_attention_efficiency"]
+        legacy_Fps = ops.where(ops.isnan(legacy), attn_Fps, ops.minimum(attn_Fps, legacy * peak16))
+        attn_Fps = ops.where(attn_kind == 2, legacy_Fps * p.triton_attention_relative,
+                             ops.where(attn_kind == 3, legacy_Fps, attn_Fps))
     hbm_Bps = c["hbm_tbps"] * 1e12 * p.hbm_efficiency
     nvl_Bps = c["nvlink_gbps"] * 1e9 * p.nvlink_efficiency
     net_Bps = c["network_gbps"] * (1e9 / 8.0) * p.network_efficiency

@@ -66,8 +66,8 @@ RULES: tuple[Rule, ...] = (
     Rule("plan.cp", lambda c: _divides(c["cp"], c["seq_len"]), "cp ({cp:.0f}) must divide model.seq_len ({seq_len:.0f})"),
     Rule("plan.dp", lambda c: (c["dp"] >= 1) & _is_int(c["dp"]) & (c["dp"] * c["tp"] * c["pp"] * c["cp"] == c["gpus"]),
          "gpus ({gpus:.0f}) must equal tp*pp*dp*cp ({tp:.0f}*{pp:.0f}*{dp:g}*{cp:.0f})"),
-    Rule("plan.cp", lambda c: (c["cp"] == 1) | (c["attention"] == 0),
-         "context parallelism (cp > 1) needs training.attention: flash"),
+    Rule("plan.cp", lambda c: (c["cp"] == 1) | (c["attention"] == 0) | (c["attention"] == 3),
+         "context parallelism (cp > 1) needs training.attention: flash or flash2"),
     Rule("plan.microbatch", lambda c: _divides(c["dp"] * c["microbatch"], c["global_batch"]),
          "training.global_batch ({global_batch:.0f}) must be divisible by dp*microbatch ({dp:g}*{microbatch:.0f})"),
     Rule("plan.interleave", lambda c: (c["interleave"] == 1) | ((c["pp"] > 1) & _divides(

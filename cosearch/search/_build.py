@@ -54,7 +54,7 @@ def columns(space: "SearchSpace", assign: Mapping[str, Sequence[Any] | np.ndarra
         else:
             gpu_names, gidx = [gpu], 0
         cat = {g: hardware.gpu(g) for g in gpu_names}
-        for key in HARDWARE_OVERRIDES + ("matmul_efficiency", "matmul_efficiency_fp8"):
+        for key in HARDWARE_OVERRIDES + hardware.EFFICIENCY_COLUMNS:
             table = np.array([float(cat[g][key]) for g in gpu_names])
             cols[key] = table[gidx]
         prec = get.raw("training.precision", "bf16")

@@ -1,0 +1,88 @@
+"""Attention kernels per GPU generation: FlashAttention-2 and the 2023 Triton kernel on Hopper.
+
+Shah et al., FlashAttention-3 (arXiv 2407.08608): FlashAttention-2 reaches only 35 % of H100 peak, as
+it has no wgmma/TMA path; the catalog caps kernels written for an older architecture at that rate.
+The expectations below are computed by hand from the kernel FLOP count (4*b*s^2*h, halved by the
+causal mask; backward 2.5x forward) and the rates, on one GPU where nothing overlaps attention.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import cosearch
+from cosearch import hardware
+from cosearch.errors import CosearchError
+from cosearch.model.profile import DEFAULT_PROFILE
+
+LAYERS, HIDDEN, SEQ = 4, 2048, 16384
+
+
+def _step_s(gpu: str, attention: str) -> float:
+    sc = {
+        "model": {"layers": LAYERS, "hidden": HIDDEN, "heads": 16, "ffn_hidden": 4 * HIDDEN, "vocab": 32000,
+                  "seq_len": SEQ},
+        "training": {"global_batch": 1, "precision": "bf16", "attention": attention},
+        "cluster": {"gpu": gpu, "gpus": 1},
+        "plan": {"microbatch": 1, "recompute": "none"},
+    }
+    return cosearch.estimate(sc)["step_time_s"]
+
+
+def _attention_flops_per_step() -> float:
+    forward = 4.0 * SEQ * SEQ * HIDDEN * 0.5          # causal: half the scores
+    return LAYERS * (forward + 2.5 * forward)         # forward + backward
+
+
+def test_catalog_caps_hopper_only():
+    for gid in ("h100-sxm", "h100-pcie", "h200", "h800"):
+        assert hardware.gpu(gid)["legacy_attention_efficiency"] == 0.35, gid
+        assert "2407.08608" in hardware.gpu(gid)["efficiency"]["legacy_attention_source"], gid
+    for gid in ("a100-40gb", "a100-80gb", "v100-32gb", "b200", "mi300x"):
+        assert math.isnan(hardware.gpu(gid)["legacy_attention_efficiency"]), gid
+
+
+def test_flash2_on_a100_is_the_a100_kernel():
+    # FlashAttention-2 is A100's own kernel: no cap, the same step as "flash"
+    assert _step_s("a100-80gb", "flash2") == _step_s("a100-80gb", "flash")
+
+
+def test_flash2_on_h100_runs_at_35_percent_of_peak():
+    peak = 989.4e12
+    p = DEFAULT_PROFILE
+    flash_rate = peak * hardware.gpu("h100-sxm")["matmul_efficiency"] * p.matmul_scale * p.flash_attention_relative
+    legacy_rate = 0.35 * peak
+    assert legacy_rate < flash_rate  # the cap binds on Hopper
+    flops = _attention_flops_per_step()
+    expected_extra_s = flops / legacy_rate - flops / flash_rate
+    extra_s = _step_s("h100-sxm", "flash2") - _step_s("h100-sxm", "flash")
+    assert extra_s == pytest.approx(expected_extra_s, rel=1e-9)
+
+
+def test_triton_on_hopper_is_capped_fa2_over_1_8_and_on_a100_the_a100_ratio():
+    p = DEFAULT_PROFILE
+    flops = _attention_flops_per_step()
+    # H100: min(flash rate, 35 % of peak) x (1 / 1.8)
+    triton_h100 = 0.35 * 989.4e12 * p.triton_attention_relative
+    extra_h100 = _step_s("h100-sxm", "triton") - _step_s("h100-sxm", "flash2")
+    assert extra_h100 == pytest.approx(flops / triton_h100 - flops / (0.35 * 989.4e12), rel=1e-9)
+    # A100: no cap, the Triton kernel at 1/1.8 of the flash rate
+    flash_a100 = 312e12 * hardware.gpu("a100-80gb")["matmul_efficiency"] * p.matmul_scale * p.flash_attention_relative
+    extra_a100 = _step_s("a100-80gb", "triton") - _step_s("a100-80gb", "flash")
+    assert extra_a100 == pytest.approx(flops / (flash_a100 * p.triton_attention_relative) - flops / flash_a100, rel=1e-9)
+
+
+def test_context_parallel_takes_flash2_but_not_triton():
+    base = {"model": "llama3-8b", "training": {"global_batch": 8}, "cluster": {"gpu": "h100-sxm", "gpus": 16},
+            "plan": {"cp": 2, "microbatch": 1}}
+    ok = cosearch.estimate({**base, "training": {"global_batch": 8, "attention": "flash2"}})
+    assert ok["step_time_s"] > cosearch.estimate(base)["step_time_s"]
+    with pytest.raises(CosearchError, match="flash or flash2"):
+        cosearch.estimate({**base, "training": {"global_batch": 8, "attention": "triton"}})
+
+
+def test_unknown_attention_names_the_choices():
+    with pytest.raises(CosearchError, match="flash2"):
+        cosearch.estimate({"model": "llama3-8b", "training": {"global_batch": 8, "attention": "flash4"},
+                           "cluster": {"gpu": "h100-sxm", "gpus": 8}})
