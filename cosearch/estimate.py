@@ -139,7 +139,7 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
         else:
             result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
     for gpu in sc.cluster.inventory or [sc.cluster.gpu]:
-        assumed = hardware.efficiency_warning(gpu)  # catalog efficiency not measured on this GPU
-        if assumed:
-            result["warnings"].append(assumed)
+        for assumed in (hardware.efficiency_warning(gpu), hardware.attention_warning(gpu, sc.training.attention)):
+            if assumed:  # catalog efficiency not measured on this GPU
+                result["warnings"].append(assumed)
     return Estimate(result)

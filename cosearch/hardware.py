@@ -7,6 +7,7 @@ Gbit/s per GPU per direction (bits, as NICs are sold), ``power_w`` W,
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -93,6 +94,21 @@ def efficiency_warning(gpu_id: str) -> str | None:
     if entry["efficiency_measured"]:
         return None
     return f"{gpu_id}: no public GEMM measurement; matmul efficiency assumed ({entry['efficiency_assumption']})"
+
+
+#: GPUs FlashAttention-2 and the 2023 Triton kernel were written for (Ampere, and Ada, which shares its
+#: tensor-core instructions): their flash rate is the kernel's own, no cap is needed.
+LEGACY_ATTENTION_NATIVE = ("a100-40gb", "a100-80gb", "a10g", "l4", "l40s")
+
+
+def attention_warning(gpu_id: str, attention: str) -> str | None:
+    """One line when an older-architecture attention kernel runs on a GPU without a measurement of it."""
+    if attention not in ("flash2", "triton") or gpu_id in LEGACY_ATTENTION_NATIVE:
+        return None
+    if not math.isnan(gpu(gpu_id)["legacy_attention_efficiency"]):
+        return None
+    return (f"{gpu_id}: no public measurement of training.attention {attention} on this GPU; modelled at its own "
+            "flash-attention rate" + (" / 1.8" if attention == "triton" else ""))
 
 
 def gpu_ids() -> list[str]:

@@ -86,3 +86,16 @@ def test_unknown_attention_names_the_choices():
     with pytest.raises(CosearchError, match="flash2"):
         cosearch.estimate({"model": "llama3-8b", "training": {"global_batch": 8, "attention": "flash4"},
                            "cluster": {"gpu": "h100-sxm", "gpus": 8}})
+
+
+def test_estimate_warns_where_the_kernel_was_never_measured():
+    def warnings(gpu: str, attention: str) -> list[str]:
+        sc = {"model": "llama3-8b", "training": {"global_batch": 8, "attention": attention},
+              "cluster": {"gpu": gpu, "gpus": 8}}
+        return [w for w in cosearch.estimate(sc)["warnings"] if "training.attention" in w]
+
+    assert warnings("b200", "flash2") and "b200" in warnings("b200", "flash2")[0]
+    assert "/ 1.8" in warnings("mi300x", "triton")[0]
+    assert warnings("h100-sxm", "flash2") == []      # measured (35 %)
+    assert warnings("a100-80gb", "triton") == []     # the kernel's own architecture
+    assert warnings("b200", "flash") == []           # the GPU's own kernel
