@@ -1,4 +1,5 @@
-"""Cells of the published-runs CSVs (experiments/data/validation): numbers, yes/no, recompute modes.
+"""Cells of the published-runs CSVs (experiments/data/validation): numbers, yes/no, recompute modes,
+and the FSDP implementation a row names.
 
 One reader for the dense (:mod:`cosearch.validation`) and mixture-of-experts
 (:mod:`cosearch.validation_moe`) rows.
@@ -42,3 +43,12 @@ def _recompute(text: Any, source: str) -> str:
         if t.startswith("none"):
             return "none"
     return "full" if source in {"S4", "S5"} else "none"
+
+
+def prefetching_fsdp(sharding: str, framework: str) -> bool:
+    """Whether a row's ZeRO-3 implementation prefetches: Megatron-FSDP (Megatron-Core docs: parameter
+    all-gathers and gradient reduce-scatters overlapped with compute, double-buffered) and PyTorch
+    FSDP2 (``fully_shard``: implicit forward/backward prefetch of the next module's all-gather; the
+    FSDP of torchtitan) take ``plan.fsdp_overlap`` 1; DeepSpeed ZeRO-3 (2021) and FSDP1 (llm-foundry,
+    2023) keep the profile's overlap, which was fitted on them. A fact of the stack, not of the row."""
+    return "megatron-fsdp" in sharding or "fsdp2" in sharding or "torchtitan" in framework

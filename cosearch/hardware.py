@@ -29,7 +29,7 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 
 
 #: Per-GPU model columns read from a catalog entry's efficiency block (besides the datasheet values).
-EFFICIENCY_COLUMNS = ("matmul_efficiency", "matmul_efficiency_fp8", "legacy_attention_efficiency")
+EFFICIENCY_COLUMNS = ("matmul_efficiency", "matmul_efficiency_fp8", "legacy_attention_efficiency", "attention_speedup")
 
 
 def matmul_eta(large_gemm_fraction: float | None, reference_fraction: float) -> float:
@@ -66,7 +66,8 @@ def catalog() -> dict[str, dict[str, Any]]:
     """The GPU catalog as ``{id: entry}``. Each entry also gets the model's ``matmul_efficiency``
     (bf16) and ``matmul_efficiency_fp8`` (NaN without an fp8 measurement) from its ``efficiency``
     block (:func:`matmul_eta`), ``legacy_attention_efficiency`` (the fraction of 16-bit peak that
-    attention kernels written for an older architecture reach; NaN: no cap), ``efficiency_measured`` (bool), ``efficiency_source`` and
+    attention kernels written for an older architecture reach; NaN: no cap), ``attention_speedup``
+    (the GPU's own attention kernel relative to the profile's ratio to its GEMM rate; 1 unless measured), ``efficiency_measured`` (bool), ``efficiency_source`` and
     ``efficiency_assumption`` (None when measured). A null price becomes NaN (cost outputs empty)."""
     text = data_text("gpus.yaml")
     gpus = yaml.safe_load(text)["gpus"]
@@ -81,6 +82,7 @@ def catalog() -> dict[str, dict[str, Any]]:
         entry["matmul_efficiency_fp8"] = matmul_eta(eff.get("large_gemm_fp8"), ref)
         legacy = eff.get("legacy_attention")
         entry["legacy_attention_efficiency"] = float("nan") if legacy is None else float(legacy)
+        entry["attention_speedup"] = float(eff.get("attention_speedup", 1.0))
         entry["efficiency_measured"] = bool(eff.get("measured", False))
         entry["efficiency_source"] = str(eff["source"])
         entry["efficiency_assumption"] = None if entry["efficiency_measured"] else str(

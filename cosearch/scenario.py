@@ -126,6 +126,10 @@ class PlanSpec(_Strict):
     zero3_live_params: Optional[Float] = Field(None, gt=0, le=1e13, description="ZeRO-3 parameters gathered at once "
                                                "(DeepSpeed stage3_max_live_parameters, default 1e9 there); default: "
                                                "PyTorch FSDP, the current and the prefetched layer")
+    fsdp_overlap: Optional[Float] = Field(None, ge=0, le=1, description="share of compute that can hide ZeRO-3/FSDP "
+                                          "gathers and reduce-scatters; default the profile's, fitted on DeepSpeed "
+                                          "2021 and PyTorch FSDP1 2023 runs (~0.03); 1: every transfer that fits "
+                                          "under the compute is hidden (Megatron-FSDP, PyTorch FSDP2 prefetching)")
     overlap_grad_reduce: Bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
     tp_comm_overlap: Bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
                                   "(Megatron-Core/NeMo --tp-comm-overlap, Transformer Engine userbuffers)")

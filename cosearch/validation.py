@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import _num, _recompute, _stated  # noqa: F401 - re-exported
+from ._cells import _num, _recompute, _stated, prefetching_fsdp  # noqa: F401 - re-exported
 from .errors import CosearchError
 from .model import evaluate
 from .model.columns import INPUT_COLUMNS, broadcast_columns
@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 DATA_DIR = Path(__file__).resolve().parents[1] / "experiments" / "data" / "validation"
 DEFAULT_PATH = DATA_DIR / "published_runs_public.csv"
 MODERN_PATH = DATA_DIR / "published_runs_modern.csv"
+#: Dense Llama runs of Megatron-Bridge's performance summary (B200, GB200, GB300, H100; fp8): held out,
+#: never used to fit the profile (experiments/validate.py reports them apart).
+BRIDGE_DENSE_PATH = DATA_DIR / "published_runs_bridge_dense.csv"
 
 def _gpu_id(text: str) -> tuple[str, dict[str, float]]:
     """Catalog id and the cluster overrides a run's ``gpu_type`` text states (network, DGX-2 size)."""
@@ -46,6 +49,9 @@ def _gpu_id(text: str) -> tuple[str, dict[str, float]]:
         over.update(gpus_per_node=16, nvlink_domain=16)  # DGX-2: 16 V100 on NVSwitch
     if "v100" in t:
         return "v100-32gb", over
+    for gid in ("gb300", "gb200", "b200", "h800"):  # before "h100"/"b200" substrings of longer names
+        if gid in t:
+            return gid, over
     if "h100" in t:
         return "h100-sxm", over
     if "a100" in t and "80gb" in t:
@@ -140,7 +146,8 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
                      # Megatron-LM before 2022 all-reduced gradients after the backward pass
                      "overlap_grad_reduce": not (era_megatron and zero == 0),
                      # DeepSpeed's documented default stage3_max_live_parameters (deepspeed.ai config-json)
-                     **({"zero3_live_params": 1e9} if "deepspeed" in sharding else {})},
+                     **({"zero3_live_params": 1e9} if "deepspeed" in sharding else {}),
+                     **({"fsdp_overlap": 1.0} if prefetching_fsdp(sharding, framework) else {})},
         })
     return out
 

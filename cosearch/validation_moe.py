@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import _num, _recompute, _stated
+from ._cells import _num, _recompute, _stated, prefetching_fsdp
 
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
 MOE_PATH = Path(__file__).resolve().parents[1] / "experiments" / "data" / "validation" / "published_runs_moe.csv"
@@ -172,6 +172,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
         "sequence_parallel": bool((megatron_core and tp > 1) if sp is None else sp),
         "tp_comm_overlap": bool(megatron_core and tp > 1 and gpu.startswith("h100")),
         "moe_dispatcher": dispatcher, "moe_a2a_overlap": overlap,
+        **({"fsdp_overlap": 1.0} if zero == 3 and prefetching_fsdp(sharding, framework) else {}),
     }
     if etp is not None:
         plan_fixed["etp"] = etp

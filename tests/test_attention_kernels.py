@@ -99,3 +99,18 @@ def test_estimate_warns_where_the_kernel_was_never_measured():
     assert warnings("h100-sxm", "flash2") == []      # measured (35 %)
     assert warnings("a100-80gb", "triton") == []     # the kernel's own architecture
     assert warnings("b200", "flash") == []           # the GPU's own kernel
+
+
+def test_blackwell_ultra_softmax_speeds_up_attention_only():
+    # GB300 and GB200 share peak and GEMM efficiency; GB300's doubled SFU throughput makes its attention
+    # kernel 1.35x faster (NVIDIA, "Making Softmax More Efficient with NVIDIA Blackwell Ultra"), capped at
+    # the GEMM rate: 0.75 x 1.35 = 1.0125 -> 1.0 of the 16-bit GEMM rate
+    p = DEFAULT_PROFILE
+    gemm16 = 2500e12 * hardware.gpu("gb200")["matmul_efficiency"] * p.matmul_scale
+    assert hardware.gpu("gb300")["matmul_efficiency"] == hardware.gpu("gb200")["matmul_efficiency"]
+    rate_gb200 = gemm16 * p.flash_attention_relative
+    rate_gb300 = gemm16 * min(p.flash_attention_relative * 1.35, 1.0)
+    flops = _attention_flops_per_step()
+    saved_s = _step_s("gb200", "flash") - _step_s("gb300", "flash")
+    assert saved_s == pytest.approx(flops / rate_gb200 - flops / rate_gb300, rel=1e-9)
+    assert hardware.gpu("b200")["attention_speedup"] == 1.0

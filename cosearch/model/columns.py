@@ -42,6 +42,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
     # hardware (resolved from the catalog plus overrides)
     "peak_tflops": None, "matmul_efficiency": None, "hbm_gib": None, "hbm_tbps": None,
+    "attention_speedup": 1.0,  # the GPU's attention kernel vs the profile's ratio to GEMMs (Blackwell Ultra 1.35)
     "legacy_attention_efficiency": np.nan,  # fraction of 16-bit peak pre-architecture attention kernels reach; NaN: no cap
     "matmul_efficiency_fp8": np.nan,  # fraction of the fp8 peak large GEMMs reach; NaN: bf16 value x profile ratio
     "nvlink_gbps": None, "nvlink_domain": None, "gpus_per_node": None, "network_gbps": None,
@@ -57,6 +58,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "interleave": 1.0, "recompute": 0.0, "sequence_parallel": 0.0, "zero": 0.0,
     "zero_group": np.nan,  # NaN: shard over the whole data-parallel group (FSDP FULL_SHARD)
     "zero3_live_params": np.nan,  # DeepSpeed stage3_max_live_parameters; NaN: FSDP (two wrapped layers gathered)
+    "fsdp_overlap": np.nan,      # share of compute that hides FSDP traffic; NaN: the profile's fsdp_overlap
     "overlap_grad_reduce": 1.0,  # 0: gradients reduced after the backward pass (Megatron-LM before 2022)
     "tp_comm_overlap": 0.0,      # 1: tensor-parallel collectives overlapped with GEMMs (TE userbuffers)
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations

@@ -167,7 +167,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     gemm_Fps = peak * gemm_eff
     peak16 = ops.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
     gemm16_Fps = peak16 * c["matmul_efficiency"] * p.matmul_scale
-    attn_Fps = gemm16_Fps * p.flash_attention_relative
+    # the GPU's own fused kernel; a faster softmax unit (Blackwell Ultra) speeds it up to at most the GEMM rate
+    attn_Fps = gemm16_Fps * ops.minimum(p.flash_attention_relative * c["attention_speedup"], 1.0)
     if ops.any(attn_kind >= 2):  # kernels written for an older architecture, capped at their measured rate (gpus.yaml)
         legacy = c["legacy_attention_efficiency"]
         legacy_Fps = ops.where(ops.isnan(legacy), attn_Fps, ops.minimum(attn_Fps, legacy * peak16))
@@ -286,8 +287,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     if ext is not None:
         work_f, work_b = work_f + n_stage * ext.ep_f, work_b + n_stage * ext.ep_b
     first_layer = gather / ops.maximum(n_stage, 1.0)              # nothing to hide the first gather
-    fsdp_hidden_f = ops.where(z3, ops.minimum(gather, p.fsdp_overlap * work_f), 0.0)
-    fsdp_hidden_b = ops.where(z3, ops.minimum(2.0 * gather, p.fsdp_overlap * work_b), 0.0)
+    fsdp_ov = ops.where(ops.isnan(c["fsdp_overlap"]), p.fsdp_overlap, c["fsdp_overlap"])  # the plan's, else the profile's
+    fsdp_hidden_f = ops.where(z3, ops.minimum(gather, fsdp_ov * work_f), 0.0)
+    fsdp_hidden_b = ops.where(z3, ops.minimum(2.0 * gather, fsdp_ov * work_b), 0.0)
     fsdp_mb = ops.where(z3, first_layer + gather - fsdp_hidden_f + 2.0 * gather - fsdp_hidden_b, 0.0)
     # tier transfers hide in the compute window FSDP traffic leaves (one window, not one each: a
     # faster compute or collective can never make the step slower)
