@@ -138,7 +138,8 @@ def main() -> int:
 HELD_OUT_REASONS = {
     **dict.fromkeys((401, 405, 412, 415, 423), "Megatron-FSDP 70B on GB200/GB300: the recipe offloads 20-40 layers' "
                     "activations to Grace memory (cpu_offloading_num_layers); the model has no per-layer offload, so "
-                    "only full recompute fits"),
+                    "only full recompute fits (+5..+26 %). Tried: offloading those layers over a 256 GB/s Grace tier "
+                    "gives -4..-20 % (offload and FSDP traffic then cost ~nothing; the runs pay ~1 s per step more)"),
     **dict.fromkeys((414, 417, 422, 425), "Llama 3 8B on one B200/GB200 node: predicted 10-12 % fast (the GB300 "
                     "row of the same recipe is +5 %)"),
     403: "405B on GB300, TP 4 x PP 8: 25 % slow; the TP 2 x CP 2 row of the same table is +8 %",
