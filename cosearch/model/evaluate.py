@@ -229,7 +229,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     tp_layer_b = tp_ar * (2.0 + 2.0 * (rc >= 2)) * tp_exposed
     # Context parallel (ring attention): K and V blocks circulate over cp-1 steps in forward, and K, V
     # plus their gradients in backward, overlapped with the attention computation.
-    cp_bw, cp_lat = fabric.bandwidth_Bps(cp, tp), fabric.latency_s(cp, tp)
+    cp_bw, cp_lat = fabric.link(cp, tp)
     kv_block = 2.0 * mb * s_loc * kv_loc * kern.BYTES_16BIT
     cp_f = (cp - 1.0) * (kv_block / cp_bw + cp_lat)
     cp_exp_f = ops.maximum(cp_f - attn_f, 0.0)
@@ -238,7 +238,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # Pipeline sends: forward activations and backward gradients at each of v stage boundaries. Each TP
     # rank sends its 1/tp slice (Megatron's scatter/gather optimization, Narayanan et al. SC'21 sec. 4.1;
     # under SP the tensor is already split).
-    pp_bw, pp_lat = fabric.bandwidth_Bps(2.0, tp * cp * dp), fabric.latency_s(2.0, tp * cp * dp)
+    pp_bw, pp_lat = fabric.link(2.0, tp * cp * dp)
     p2p_bytes = act_bytes / tp
     pp_mb = ops.where(pp > 1, 2.0 * v * comm.p2p_s(p2p_bytes, pp_bw, pp_lat), 0.0)
 

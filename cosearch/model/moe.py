@@ -269,7 +269,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # excess of the (top_k x load)-times larger expert pair is added (an etp < tp plan keeps the dense pair)
     etp_pair = 0.0
     if ops.any(etp > 1):
-        etp_bw, etp_lat = fabric.bandwidth_Bps(etp, 1.0), fabric.latency_s(etp, 1.0)
+        etp_bw, etp_lat = fabric.link(etp, 1.0)
         tp_bw, tp_lat = fabric.bandwidth_Bps(tp, 1.0), fabric.latency_s(tp, 1.0)
         expert_pair = 2.0 * comm.all_gather_s(m_act * h * kern.BYTES_16BIT, etp, etp_bw, etp_lat)
         mlp_pair = comm.all_reduce_s(tok * h * kern.BYTES_16BIT, tp, tp_bw, tp_lat)
