@@ -197,11 +197,17 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
     emb_loc = V * h / tp
 
+    # layers on the fullest, first and last rank (uneven splits allowed: first and last hold a layer fewer)
+    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
+    act_bytes = tok * h * kern.BYTES_16BIT
+    tp_ar_legacy = coll.legacy_time_s("all_reduce", act_bytes, tp, 1.0, fabric)
+
     # --- issue 13 hook: MoE / MLA / explicit head_dim rows replace the per-layer values (.moe) ----
     ext = None
     if moe_on:
         ext = moe.terms(c, tok=tok, s_loc=s_loc, mb=mb, tp=tp, sp=sp, pp=pp, v=v, rc=rc, fp8=fp8, in_B=in_B,
                         gemm_Fps=gemm_Fps, attn_Fps=attn_Fps, hbm_Bps=hbm_Bps, t0=t0, fabric=fabric,
+                        stages=(n_stage, n_first, n_last), tp_ar_s=tp_ar_legacy,
                         dense_layer_f=layer_f, dense_layer_b=layer_b, dense_layer_r=layer_r, dense_attn_f=attn_f,
                         dense_attn_b=attn_b, dense_kv_loc=kv_loc, dense_act=act_layer, dense_act_none=act_layer_none,
                         dense_params_layer=layer_params_loc, emb_loc=emb_loc)
@@ -215,12 +221,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     logits_b = 2.0 * logit_gemm + logit_elem
 
     # --- communication inside a micro-batch ---------------------------------------------------
-    # layers on the fullest, first and last rank (uneven splits allowed: first and last hold a layer fewer)
-    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
-    act_bytes = tok * h * kern.BYTES_16BIT
     # Megatron: 2 all-reduces (or with SP 2 all-gathers + 2 reduce-scatters) per layer in forward,
     # 2 in backward, 2 more when the forward is recomputed.
-    tp_ar = ops.where(tp > 1, coll.collective_s("all_reduce", c["tp_collective"], act_bytes, tp, 1.0, fabric), 0.0)
+    tp_ar = ops.where(tp > 1, coll.collective_s("all_reduce", c["tp_collective"], act_bytes, tp, 1.0, fabric,
+                                                            legacy=tp_ar_legacy), 0.0)
     # Transformer Engine's overlapped fp8 path all-gathers the fp8 copy of the norm output (1 byte), so of
     # the all-gather + reduce-scatter pair that replaces each all-reduce under SP, 3/4 of the bytes remain.
     tp_ar = tp_ar * ops.where((fp8 > 0) & (sp > 0) & (c["tp_comm_overlap"] > 0), 0.75, 1.0)
@@ -431,14 +435,13 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
 
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
-    model_flops = fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step
-    total_flops, params, active_params = model_flops, fl.total_params(L, h, a, kvh, f, gated, V, tied), None
-    if ext is not None:  # MoE: model FLOPs of the active parameters (MFU, as MoE papers), and of all of them
-        pt, pa = moe.param_counts(c, ext.widths)
-        fa, ft = moe.flops_per_token(c, (pt, pa), ext.widths)
-        model_flops = ops.where(ext.rows, fa * tokens_step, model_flops)
-        total_flops = ops.where(ext.rows, ft * tokens_step, model_flops)
-        params, active_params = ops.where(ext.rows, pt, params), ops.where(ext.rows, pa, params)
+    def dense_flops_params():
+        return fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step, fl.total_params(L, h, a, kvh, f, gated, V, tied)
+    if ext is None:
+        (model_flops, params), active_params = dense_flops_params(), None
+        total_flops = model_flops
+    else:  # MoE: model FLOPs of the active parameters, and of all of them
+        model_flops, total_flops, params, active_params = moe.model_flops_params(c, ext, tokens_step, dense_flops_params)
     # hardware FLOPs add what is recomputed: the whole forward of each layer (full), or the attention
     # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
     attn_core = L * fl.attention_flops_per_token(h, s) * tokens_step

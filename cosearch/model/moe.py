@@ -47,7 +47,7 @@ from . import _ops as ops
 from . import compute as kern
 from . import communication as comm
 from . import memory as mem
-from .moe_params import attention_params, flops_per_token, param_counts, widths  # noqa: F401 - re-exported
+from .moe_params import attention_params, attention_params_local, flops_per_token, param_counts, widths  # noqa: F401
 
 #: Busiest EP rank's tokens over the mean when the plan does not state it (``training.moe_load_imbalance``).
 #: Switch Transformer (Fedus et al. 2022, JMLR, sec. 2.2 and Table 1) trains with capacity factor 1.25:
@@ -128,21 +128,33 @@ def a2a_s(message_bytes, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.0
     (all its token copies, ``top_k`` per token; 1/ep of them stay local). Peers inside the NVLink
     domain are reached over NVLink, the others through the GPU's NIC, both at once. ``deepep``: each
     token crosses the network once per destination node and is forwarded over NVLink there."""
+    return a2a_times_s((message_bytes,), ep, etp, fabric, top_k, deepep, nodes_limit)[0]
+
+
+def a2a_times_s(messages, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.0):
+    """:func:`a2a_s` of each of several messages over one EP group (its geometry worked out once)."""
     g_in = ops.clip(fabric.domain / etp, 1.0, ep)           # EP ranks in one NVLink domain
-    intra = message_bytes * (g_in - 1.0) / ep
-    inter = message_bytes * (ep - g_in) / ep
-    if ops.any(deepep > 0):
+    peers_in, peers_out = g_in - 1.0, ep - g_in
+    any_deepep = ops.any(deepep > 0)
+    if any_deepep:
         n = ep / g_in                                        # NVLink domains the EP group spans
         nodes = (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k)  # distinct other domains a token reaches
         nodes = ops.where(nodes_limit > 0, ops.minimum(nodes, nodes_limit), nodes)
-        per_copy = message_bytes / ops.maximum(top_k, 1.0)
-        inter = ops.where(deepep > 0, per_copy * nodes, inter)
-        intra = ops.where(deepep > 0, message_bytes * (g_in - 1.0) / g_in, intra)
+        copies, deep = ops.maximum(top_k, 1.0), deepep > 0
     nic = fabric.net_Bps * comm.spine_share(ep, etp, fabric.domain, fabric.leaf_gpus, fabric.oversubscription,
                                             all_to_all=True)
     lat = ops.where(ep * etp <= fabric.domain, fabric.nvl_lat_s, fabric.net_lat_s)
-    t = ops.maximum(intra / fabric.nvl_Bps, ops.where(inter > 0, inter / nic, 0.0)) + lat
-    return ops.where(ep > 1, t, 0.0)
+    several = ep > 1
+    times = []
+    for message_bytes in messages:
+        intra = message_bytes * peers_in / ep
+        inter = message_bytes * peers_out / ep
+        if any_deepep:
+            inter = ops.where(deep, message_bytes / copies * nodes, inter)
+            intra = ops.where(deep, message_bytes * peers_in / g_in, intra)
+        t = ops.maximum(intra / fabric.nvl_Bps, ops.where(inter > 0, inter / nic, 0.0)) + lat
+        times.append(ops.where(several, t, 0.0))
+    return times
 
 
 def grouped_gemm_time_s(groups, rows_per_group, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes):
@@ -181,10 +193,12 @@ class Terms(NamedTuple):
     widths: tuple          # :func:`widths` of the rows
 
 
-def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric,
+def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric, stages, tp_ar_s,
           dense_layer_f, dense_layer_b, dense_layer_r, dense_attn_f, dense_attn_b, dense_kv_loc,
           dense_act, dense_act_none, dense_params_layer, emb_loc) -> Terms:
-    """Everything the evaluator needs from extended rows; dense rows keep the ``dense_*`` values."""
+    """Everything the evaluator needs from extended rows; dense rows keep the ``dense_*`` values.
+    ``stages``: :func:`.memory.stage_layers`; ``tp_ar_s``: the legacy tensor-parallel all-reduce of tok*h 16-bit
+    values (:func:`.collectives.legacy_time_s`), both as the evaluator has them."""
     h, a, E, k, g = c["hidden"], c["heads"], c["experts"], c["top_k"], c["gated_mlp"]
     L, s, dp, cp = c["layers"], c["seq_len"], c["dp"], c["cp"]
     moe = E > 0
@@ -258,8 +272,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # --- all-to-all dispatch and combine ---------------------------------------------------------
     copies = tok_r * k * h * load
     dispatch = (k, c["moe_dispatcher"], c["routed_nodes_limit"])
-    t_disp = a2a_s(copies * (kern.BYTES_16BIT - fp8), ep, etp, fabric, *dispatch)
-    t_comb = a2a_s(copies * kern.BYTES_16BIT, ep, etp, fabric, *dispatch)
+    t_disp, t_comb = a2a_times_s((copies * (kern.BYTES_16BIT - fp8), copies * kern.BYTES_16BIT), ep, etp, fabric, *dispatch)
     a2a_fwd = t_disp + t_comb
     a2a_bwd = 2.0 * t_comb + ops.where(rc >= 2, a2a_fwd, 0.0)
     ov = c["moe_a2a_overlap"]
@@ -270,15 +283,14 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     etp_pair = 0.0
     if ops.any(etp > 1):
         etp_bw, etp_lat = fabric.link(etp, 1.0)
-        tp_bw, tp_lat = fabric.bandwidth_Bps(tp, 1.0), fabric.latency_s(tp, 1.0)
         expert_pair = 2.0 * comm.all_gather_s(m_act * h * kern.BYTES_16BIT, etp, etp_bw, etp_lat)
-        mlp_pair = comm.all_reduce_s(tok * h * kern.BYTES_16BIT, tp, tp_bw, tp_lat)
+        mlp_pair = tp_ar_s
         etp_pair = ops.where(moe & (etp > 1), ops.maximum(expert_pair - ops.where(tp > 1, mlp_pair, 0.0), 0.0), 0.0)
     ep_f1 = a2a_fwd - ops.minimum(a2a_fwd, ov * moe_f) + etp_pair
     ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r)) + etp_pair * (1.0 + (rc >= 2))
 
     # --- which layers the stages hold ------------------------------------------------------------
-    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
+    n_stage, n_first, n_last = stages
     one_stage = pp * v <= 1
     nd = c["dense_layers"]
     n_dense_slot = ops.where(moe, ops.where(one_stage, nd, 0.0), n_stage)   # the slowest stage: MoE layers
@@ -320,7 +332,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     dispatch_buf = ops.where(moe, 2.0 * copies * kern.BYTES_16BIT * 2.0, 0.0)   # send + receive, dispatch + combine
 
     # --- parameters on each rank -------------------------------------------------------------------
-    _, attn_loc = attention_params(c, tp, w)
+    attn_loc = attention_params_local(c, tp, w, kv_loc)
     mlp_w = (2.0 + g) * h
     dense_loc = attn_loc + mlp_w * fd / tp
     moe_loc = attn_loc + h * E + mlp_w * fs / tp
@@ -331,19 +343,40 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     params_mid = n_dense_mid * dense_loc + (n_stage - n_dense_mid) * moe_loc
     edp = tp * cp * dp / (ep * etp)
 
-    all_ext = ops.all(rows)
-
-    def pick(ext_v, dense_v):
-        return ext_v if all_ext else ops.where(rows, ext_v, dense_v)
+    if ops.all(rows):  # every row extended: the dense values are not needed
+        pick = _first
+        dense_first = dense_last = dense_mid = None
+    else:
+        def pick(ext_v, dense_v):
+            return ops.where(rows, ext_v, dense_v)
+        dense_first = n_first * dense_params_layer + emb_loc + untied_out
+        dense_last, dense_mid = n_last * dense_params_layer + emb_loc, n_stage * dense_params_layer
 
     return Terms(
         rows=rows, layer_f=pick(layer_f, dense_layer_f), layer_b=pick(layer_b, dense_layer_b),
         layer_r=pick(layer_r, dense_layer_r), attn_f=pick(attn_f, dense_attn_f), attn_b=pick(attn_b, dense_attn_b),
         kv_loc=pick(0.5 * (k_w + v_w), dense_kv_loc), ep_f=ep_f, ep_b=ep_b,
         act_layer=pick(act, dense_act), act_layer_none=pick(none, dense_act_none), dispatch_buf=dispatch_buf,
-        params_first=pick(params_first, n_first * dense_params_layer + emb_loc + untied_out),
-        params_last=pick(params_last, n_last * dense_params_layer + emb_loc),
-        params_mid=pick(params_mid, n_stage * dense_params_layer),
+        params_first=pick(params_first, dense_first), params_last=pick(params_last, dense_last),
+        params_mid=pick(params_mid, dense_mid),
         experts_first=(n_first - n_dense_first) * exp_loc, experts_last=(n_last - n_dense_last) * exp_loc,
         experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp, widths=w,
     )
+
+
+def _first(ext_v, dense_v):
+    return ext_v
+
+
+def model_flops_params(c, ext: Terms, tokens_step, dense_flops_params):
+    """(model FLOPs per step, the same over all parameters, parameters, active parameters). Extended rows
+    count the active parameters (MFU, as MoE papers); the other rows take ``dense_flops_params()``
+    (model FLOPs per step, parameters), called only where some row is not extended."""
+    pt, pa = param_counts(c, ext.widths)
+    fa, ft = flops_per_token(c, (pt, pa), ext.widths)
+    if ops.all(ext.rows):
+        return fa * tokens_step, ft * tokens_step, pt, pa
+    model_flops, params = dense_flops_params()
+    model_flops = ops.where(ext.rows, fa * tokens_step, model_flops)
+    total_flops = ops.where(ext.rows, ft * tokens_step, model_flops)
+    return model_flops, total_flops, ops.where(ext.rows, pt, params), ops.where(ext.rows, pa, params)
