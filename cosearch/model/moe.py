@@ -212,18 +212,22 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     rep_div = ops.where(sp > 0, tp, 1.0)
     tok_r = tok / rep_div                                  # tokens a GPU holds outside attention
     kv_loc = d * ops.maximum(c["kv_heads"] / tp, 1.0)
+    q_loc, qk_loc, v_loc = a * d / tp, a * d_qk / tp, a * d_v / tp   # head widths per TP rank
+    fs_loc, fd_loc = fs / tp, fd / tp
+    g1, g2 = 1.0 + g, 2.0 + g
+    rc_full, rc_sel = rc >= 2, rc >= 1
 
     # --- attention: projections and the fused core ---------------------------------------------
     any_mla, all_mla = ops.any(mla), ops.all(mla)  # compute only the attention kinds present
-    gqa_f = 0.0 if all_mla else (kern.gemm_time_s(tok, a * d / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
-                                 + kern.gemm_time_s(tok, h, a * d / tp, gemm_Fps, hbm_Bps, t0, in_B))
+    gqa_f = 0.0 if all_mla else (kern.gemm_time_s(tok, q_loc + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
+                                 + kern.gemm_time_s(tok, h, q_loc, gemm_Fps, hbm_Bps, t0, in_B))
     if any_mla:
         q_f = ops.where(ql > 0, kern.gemm_time_s(tok, ql, h, gemm_Fps, hbm_Bps, t0, in_B)
-                        + kern.gemm_time_s(tok, a * d_qk / tp, ql, gemm_Fps, hbm_Bps, t0, in_B),
-                        kern.gemm_time_s(tok, a * d_qk / tp, h, gemm_Fps, hbm_Bps, t0, in_B))
+                        + kern.gemm_time_s(tok, qk_loc, ql, gemm_Fps, hbm_Bps, t0, in_B),
+                        kern.gemm_time_s(tok, qk_loc, h, gemm_Fps, hbm_Bps, t0, in_B))
         mla_f = (q_f + kern.gemm_time_s(tok, kvl + rope, h, gemm_Fps, hbm_Bps, t0, in_B)
                  + kern.gemm_time_s(tok, a * (nope + d_v) / tp, kvl, gemm_Fps, hbm_Bps, t0, in_B)
-                 + kern.gemm_time_s(tok, h, a * d_v / tp, gemm_Fps, hbm_Bps, t0, in_B))
+                 + kern.gemm_time_s(tok, h, v_loc, gemm_Fps, hbm_Bps, t0, in_B))
         attn_gemm_f = mla_f if all_mla else ops.where(mla, mla_f, gqa_f)
     else:
         attn_gemm_f = gqa_f
@@ -231,12 +235,12 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     attn_b = 2.5 * attn_f
     norms = tok * kern.BYTES_16BIT * 10.0 * h / rep_div / hbm_Bps   # norms, residual adds (compute.py)
 
-    def mlp_f(width):  # a dense (gated) MLP split over tp, forward
-        return ops.where(width > 0, kern.gemm_time_s(tok, width * (1.0 + g) / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
-                         + kern.gemm_time_s(tok, h, width / tp, gemm_Fps, hbm_Bps, t0, in_B), 0.0)
+    def mlp_f(width, width_loc):  # a dense (gated) MLP split over tp (width_loc = width / tp), forward
+        return ops.where(width > 0, kern.gemm_time_s(tok, width * g1 / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
+                         + kern.gemm_time_s(tok, h, width_loc, gemm_Fps, hbm_Bps, t0, in_B), 0.0)
 
     def act_fn_s(n_tok, width):  # the activation function's HBM traffic (read 1-2 inputs, write 1)
-        return n_tok * kern.BYTES_16BIT * (2.0 + g) * width / hbm_Bps
+        return n_tok * kern.BYTES_16BIT * g2 * width / hbm_Bps
 
     # --- routed experts on the busiest EP rank ----------------------------------------------------
     imb = ops.where(ep > 1, c["moe_load_imbalance"], 1.0)
@@ -248,33 +252,34 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     fe_loc = fe / etp
     # fp8 routed experts: at most FP8_EXPERT_SPEEDUP x the 16-bit rate (fp8 peaks are 2x the 16-bit ones)
     exp_Fps = gemm_Fps * ops.where(fp8 > 0, 0.5 * FP8_EXPERT_SPEEDUP, 1.0) if ops.any(fp8 > 0) else gemm_Fps
-    routed_f = (grouped_gemm_time_s(local, m_exp, fe_loc * (1.0 + g), h, exp_Fps, hbm_Bps, t0, in_B)
+    routed_f = (grouped_gemm_time_s(local, m_exp, fe_loc * g1, h, exp_Fps, hbm_Bps, t0, in_B)
                 + grouped_gemm_time_s(local, m_exp, h, fe_loc, exp_Fps, hbm_Bps, t0, in_B))
     router_f = kern.gemm_time_s(tok_r, E, h, gemm_Fps, hbm_Bps, t0)
     # permute before dispatch and unpermute after combine: read + write every token copy, twice
     permute = 4.0 * tok_r * k * h * load * kern.BYTES_16BIT / hbm_Bps
-    moe_gemm_f = routed_f + router_f + (mlp_f(fs) if ops.any(fs > 0) else 0.0)
-    moe_elem = norms + act_fn_s(m_act, fe_loc) + act_fn_s(tok, fs / tp) + permute
+    moe_gemm_f = routed_f + router_f + (mlp_f(fs, fs_loc) if ops.any(fs > 0) else 0.0)
+    act_e, act_s, act_d = act_fn_s(m_act, fe_loc), act_fn_s(tok, fs_loc), act_fn_s(tok, fd_loc)
+    moe_elem = norms + act_e + act_s + permute
     # dense-MLP layers exist where a MoE model has leading dense layers or the model has no experts
     any_dense = ops.any(c["dense_layers"] > 0) or not ops.all(moe)
-    dense_gemm_f = mlp_f(fd) if any_dense else 0.0
-    dense_elem = norms + act_fn_s(tok, fd / tp)
+    dense_gemm_f = mlp_f(fd, fd_loc) if any_dense else 0.0
+    dense_elem = norms + act_d
     # fp8: Transformer Engine casts each GEMM input (read 2 B, write 1 + 1 B), forward and backward
-    cast = fp8 * 4.0 * (tok * (2.0 * h + a * d_v / tp) + m_act * (h + fe_loc)) / hbm_Bps
+    cast = fp8 * 4.0 * (tok * (2.0 * h + v_loc) + m_act * (h + fe_loc)) / hbm_Bps
 
     moe_f = attn_gemm_f + attn_f + moe_gemm_f + moe_elem + cast
     moe_b = 2.0 * (attn_gemm_f + moe_gemm_f + moe_elem) + attn_b + cast
     den_f = attn_gemm_f + attn_f + dense_gemm_f + dense_elem + cast
     den_b = 2.0 * (attn_gemm_f + dense_gemm_f + dense_elem) + attn_b + cast
-    moe_r = ops.where(rc >= 2, moe_f, ops.where(rc >= 1, act_fn_s(m_act, fe_loc) + act_fn_s(tok, fs / tp), 0.0))
-    den_r = ops.where(rc >= 2, den_f, ops.where(rc >= 1, act_fn_s(tok, fd / tp), 0.0))
+    moe_r = ops.where(rc_full, moe_f, ops.where(rc_sel, act_e + act_s, 0.0))
+    den_r = ops.where(rc_full, den_f, ops.where(rc_sel, act_d, 0.0))
 
     # --- all-to-all dispatch and combine ---------------------------------------------------------
     copies = tok_r * k * h * load
     dispatch = (k, c["moe_dispatcher"], c["routed_nodes_limit"])
     t_disp, t_comb = a2a_times_s((copies * (kern.BYTES_16BIT - fp8), copies * kern.BYTES_16BIT), ep, etp, fabric, *dispatch)
     a2a_fwd = t_disp + t_comb
-    a2a_bwd = 2.0 * t_comb + ops.where(rc >= 2, a2a_fwd, 0.0)
+    a2a_bwd = 2.0 * t_comb + ops.where(rc_full, a2a_fwd, 0.0)
     ov = c["moe_a2a_overlap"]
     # expert tensor parallelism: the received token copies are all-gathered over the etp ranks before the
     # expert GEMMs and reduce-scattered after them (Megatron-Core MoEAlltoAllTokenDispatcher, ETP > 1); the
@@ -287,7 +292,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
         mlp_pair = tp_ar_s
         etp_pair = ops.where(moe & (etp > 1), ops.maximum(expert_pair - ops.where(tp > 1, mlp_pair, 0.0), 0.0), 0.0)
     ep_f1 = a2a_fwd - ops.minimum(a2a_fwd, ov * moe_f) + etp_pair
-    ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r)) + etp_pair * (1.0 + (rc >= 2))
+    ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r)) + etp_pair * (1.0 + rc_full)
 
     # --- which layers the stages hold ------------------------------------------------------------
     n_stage, n_first, n_last = stages
@@ -311,29 +316,31 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # --- activations (bytes per layer and micro-batch) ---------------------------------------------
     norm_out = 2.0 - fp8
     sbh = tok * h
-    q_w, o_w = a * d_qk / tp, a * d_v / tp
-    k_w, v_w = ops.where(mla, a * d_qk / tp, kv_loc), ops.where(mla, a * d_v / tp, kv_loc)
+    q_w, o_w = qk_loc, v_loc
+    k_w, v_w = ops.where(mla, qk_loc, kv_loc), ops.where(mla, v_loc, kv_loc)
     latents = ops.where(mla, 2.0 * kern.BYTES_16BIT * tok * (ops.maximum(ql, 0.0) + kvl + rope), 0.0)
     attn_act = ((4.0 + 2.0 * norm_out) * sbh / rep_div + kern.BYTES_16BIT * tok * (q_w + k_w + v_w)
                 + (2.0 + fp8) * tok * o_w + latents)
 
+    mlp_act_B = (2.0 + 2.0 * g) + (2.0 - fp8)
+
     def mlp_act(n_tok, width):  # fc1 output(s) and the activation output (its fc2 input)
-        return n_tok * width * ((2.0 + 2.0 * g) + (2.0 - fp8))
+        return n_tok * width * mlp_act_B
 
     routed_act = m_act * ((2.0 - fp8) * h + kern.BYTES_16BIT * h) + mlp_act(m_act, fe_loc)  # fc1 input, expert output
-    moe_none = attn_act + routed_act + mlp_act(tok, fs / tp)
-    den_none = attn_act + mlp_act(tok, fd / tp)
+    moe_none = attn_act + routed_act + mlp_act(tok, fs_loc)
+    den_none = attn_act + mlp_act(tok, fd_loc)
     moe_sel = moe_none - (2.0 - fp8) * (m_act * fe_loc + tok * fs / tp)
     den_sel = den_none - (2.0 - fp8) * tok * fd / tp
     full = 2.0 * sbh / rep_div
     w_first = n_dense_first / ops.maximum(n_first, 1.0)
     none = avg(den_none, moe_none, w_first)
-    act = ops.where(rc >= 2, full, ops.where(rc >= 1, avg(den_sel, moe_sel, w_first), none))
+    act = ops.where(rc_full, full, ops.where(rc_sel, avg(den_sel, moe_sel, w_first), none))
     dispatch_buf = ops.where(moe, 2.0 * copies * kern.BYTES_16BIT * 2.0, 0.0)   # send + receive, dispatch + combine
 
     # --- parameters on each rank -------------------------------------------------------------------
     attn_loc = attention_params_local(c, tp, w, kv_loc)
-    mlp_w = (2.0 + g) * h
+    mlp_w = g2 * h
     dense_loc = attn_loc + mlp_w * fd / tp
     moe_loc = attn_loc + h * E + mlp_w * fs / tp
     exp_loc = ops.where(moe, local * mlp_w * fe_loc, 0.0)
