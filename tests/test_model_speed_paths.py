@@ -9,6 +9,7 @@ infinities, and bounds in the wrong order.
 """
 from __future__ import annotations
 
+import importlib
 import itertools
 
 import numpy as np
@@ -149,3 +150,55 @@ def test_attention_params_total_and_local_hand_computed():
     assert _bits(loc) == _bits(moe.attention_params(c, 8.0, w)[1])
     kv_loc = w[3] * np.maximum(c["kv_heads"] / 8.0, 1.0)
     assert _bits(attention_params_local(c, 8.0, w, kv_loc)) == _bits(loc)
+
+
+def test_block_columns_gather_on_first_use_and_behave_as_the_gathered_dict():
+    from cosearch.model.blocks import BlockColumns
+
+    full = {"a": np.arange(10.0), "b": np.arange(10.0) * 2.0, "k": np.asarray(7.0)}
+    rows = np.array([1, 4, 9])
+    block = BlockColumns(full, rows)
+    assert dict.keys(block) == {"k"}  # nothing gathered yet; the 0-d column is shared as it is
+    assert block["a"].tolist() == [1.0, 4.0, 9.0] and dict.keys(block) == {"k", "a"}  # "b" still not gathered
+    assert "b" in block and "z" not in block and len(block) == 3 and block.get("z", 5) == 5
+    assert block.get("b").tolist() == [2.0, 8.0, 18.0]
+    assert {k: v.tolist() for k, v in block.items()} == {"a": [1.0, 4.0, 9.0], "b": [2.0, 8.0, 18.0], "k": 7.0}
+    with pytest.raises(KeyError):
+        block["z"]
+
+
+def test_split_batch_reads_only_the_columns_a_block_uses(monkeypatch):
+    """A dense block of a mixed batch never gathers the MoE-only columns (top_k);
+    the MoE block does, and the batch gives what each row gives alone."""
+    from cosearch import evaluate
+    from cosearch.model import blocks
+    from cosearch.presets import moe_columns, preset
+    from cosearch.scenario import parse_scenario, scenario_columns
+
+    dense = scenario_columns(parse_scenario({"model": "llama3-8b", "training": {"global_batch": 64},
+                                                "cluster": {"gpu": "h100-sxm", "gpus": 8}}))
+    mix = {k: np.array([v, v], dtype=float) for k, v in dense.items()}
+    for k, v in moe_columns(preset("mixtral-8x7b")).items():
+        mix[k] = np.array([moe.MOE_INPUT_COLUMNS[k], float(v)])
+    for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab"):
+        mix[k][1] = float(preset("mixtral-8x7b")[k])
+    seen: list[tuple[np.ndarray, set]] = []
+    real_missing = blocks.BlockColumns.__missing__
+
+    def missing(self, key):
+        if not seen or seen[-1][0] is not self._rows:
+            seen.append((self._rows, set()))
+        seen[-1][1].add(key)
+        return real_missing(self, key)
+
+    monkeypatch.setattr(blocks.BlockColumns, "__missing__", missing)
+    monkeypatch.setattr(importlib.import_module("cosearch.model.evaluate"), "CHUNK_ROWS", 1)
+    both = evaluate(mix)
+    (dense_rows, dense_keys), (moe_rows, moe_keys) = seen
+    assert dense_rows.tolist() == [0] and moe_rows.tolist() == [1]
+    assert "top_k" not in dense_keys and "hidden" in dense_keys
+    assert {"top_k", "experts", "hidden"} <= moe_keys
+    for i in (0, 1):
+        alone = evaluate({k: v[i:i + 1] for k, v in mix.items()})
+        for k, v in alone.items():
+            assert _bits(np.asarray(v, dtype=float)) == _bits(np.asarray(both[k][i:i + 1], dtype=float)), k

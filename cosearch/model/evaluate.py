@@ -19,8 +19,8 @@ from typing import Mapping
 
 import numpy as np
 
-from .._malloc import keep_heap
 from . import _ops as ops
+from . import blocks
 from . import burst as dpool
 from . import collectives as coll
 from . import communication as comm
@@ -71,34 +71,9 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
         if split is None and (len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS):
             out = _evaluate(c, profile)
             return {k: v if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
-        return _evaluate_blocks(c, profile, shape[0], split)
-
-
-def _evaluate_blocks(c: dict[str, np.ndarray], profile: Profile, n: int, split) -> dict[str, np.ndarray]:
-    """:func:`_evaluate` over blocks of at most ``CHUNK_ROWS`` rows (slices, or with ``split`` row
-    indices of one kind: dense or MoE/MLA), each written straight into whole-length outputs."""
-    keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
-    out: dict[str, np.ndarray] = {}
-    deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
-    if split is None:
-        blocks = [slice(start, min(start + CHUNK_ROWS, n)) for start in range(0, n, CHUNK_ROWS)]
-    else:
-        blocks = [idx[start:start + CHUNK_ROWS] for idx in split for start in range(0, idx.size, CHUNK_ROWS)]
-    take = np.take
-    for rows in blocks:
-        if split is None:
-            part = _evaluate({k: v[rows] if v.ndim else v for k, v in c.items()}, profile, deeppool=deeppool)
-        else:
-            part = _evaluate({k: take(v, rows, mode="clip") if v.ndim else v for k, v in c.items()}, profile,
-                             deeppool=deeppool)  # "clip": no bounds check (the rows are valid), 25 % faster
-        if not out:
-            out = {k: np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
-        for k, v in part.items():
-            arr = out[k]
-            if type(v) is np.ndarray and v.dtype != arr.dtype and np.result_type(arr, v) != arr.dtype:
-                arr = out[k] = arr.astype(np.result_type(arr, v))  # a block of a wider dtype
-            arr[rows] = v
-    return out
+        deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
+        return blocks.evaluate_blocks(c, shape[0], CHUNK_ROWS, split,
+                                      lambda cols: _evaluate(cols, profile, deeppool=deeppool), lazy=not deeppool)
 
 
 def evaluate_scalar(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:
