@@ -48,11 +48,11 @@ LOGIT_BYTES = 6.0
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
                   "offload")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations")
-#: Rows per pass of the model over a large input: each of its hundreds of temporaries (128 KiB) then
-#: stays in the core's L2 cache (0.5-1 MiB) instead of streaming 8 MB per million rows through memory;
-#: exact (the model is elementwise). np.where on a random mask costs 1.2 ns/row at 16k rows and 3.8 at
-#: 32k (2-core EPYC VM); 16k rows beat 64k by 10-20 %. experiments/bench_model.py measures it.
-CHUNK_ROWS = 16384
+#: Rows per pass of the model over a large input: each temporary (512 KiB) stays in the 32 MiB L3 cache
+#: instead of streaming 8 MB per million rows through memory; exact (the model is elementwise). Was 16k
+#: (np.where on a random mask costs 1.7 ns/row at 16k rows, 3.3 at 32k), but with fewer np.where calls
+#: 64k rows beat 16k by 15-19 % (dense mix) and 3-14 % (MoE mix), 2026-11-24, experiments/bench_model.py.
+CHUNK_ROWS = 65536
 
 
 def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
