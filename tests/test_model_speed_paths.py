@@ -46,6 +46,10 @@ def test_where_with_a_zero_branch_gives_numpys_bits(n):
                       (ops.where(cond, a, b), np.where(cond, a, b))):
         assert got.dtype == want.dtype == np.float64 and got.shape == want.shape
         assert _bits(got) == _bits(want)
+    for x, y in itertools.product(AWKWARD, repeat=2):  # two constants: bit masks
+        x, y = float(x), float(y)
+        got, want = ops.where(cond, x, y), np.where(cond, x, y)
+        assert got.dtype == want.dtype == np.float64 and _bits(got) == _bits(want), (x, y)
     # a -0.0 branch is not all-zero bits: it must take numpy's path and keep its sign
     got = ops.where(cond, a, -0.0)
     assert _bits(got) == _bits(np.where(cond, a, -0.0))

@@ -32,7 +32,7 @@ def where(cond, a, b, *, _S=_SCALARS, type=type, _A=np.ndarray):
     if type(cond) is bool and type(a) in _S and type(b) in _S:
         return a if cond else b
     if type(cond) is _A and cond.size >= _MASK_MIN_ROWS and cond.dtype == _BOOL:
-        # one branch +0.0 (bits all zero): a bit mask picks the other, bit for bit np.where's result
+        # one branch +0.0 (bits all zero), or two constants: bit masks give np.where's result bit for bit
         if type(b) is float and b == 0.0 and type(a) is _A and a.dtype == _F64 and a.shape == cond.shape \
                 and math.copysign(1.0, b) > 0.0:
             mask = cond.view(np.int8).astype(np.int64)
@@ -43,6 +43,12 @@ def where(cond, a, b, *, _S=_SCALARS, type=type, _A=np.ndarray):
             mask = cond.view(np.int8).astype(np.int64)
             mask -= 1  # False -> all ones
             return np.bitwise_and(b.view(np.int64), mask, out=mask).view(_F64)
+        if type(a) is float and type(b) is float:  # two constants: b's bits, a's where the mask is set
+            a_bits, b_bits = int(np.float64(a).view(np.int64)), int(np.float64(b).view(np.int64))
+            mask = cond.view(np.int8).astype(np.int64)
+            np.negative(mask, out=mask)
+            np.bitwise_and(mask, a_bits ^ b_bits, out=mask)
+            return np.bitwise_xor(mask, b_bits, out=mask).view(_F64)
     return np.where(cond, a, b)
 
 
