@@ -172,8 +172,8 @@ def test_block_columns_gather_on_first_use_and_behave_as_the_gathered_dict():
 
 
 def test_split_batch_reads_only_the_columns_a_block_uses(monkeypatch):
-    """A dense block of a mixed batch never gathers the MoE-only columns (top_k);
-    the MoE block does, and the batch gives what each row gives alone."""
+    """A dense block of a mixed batch never gathers the MoE-only columns (top_k); the MoE block does,
+    and the batch (its training outputs computed after the merge) gives what each row gives alone."""
     from cosearch import evaluate
     from cosearch.model import blocks
     from cosearch.presets import moe_columns, preset
@@ -204,5 +204,6 @@ def test_split_batch_reads_only_the_columns_a_block_uses(monkeypatch):
     assert {"top_k", "experts", "hidden"} <= moe_keys
     for i in (0, 1):
         alone = evaluate({k: v[i:i + 1] for k, v in mix.items()})
+        assert list(alone) == list(both)  # same outputs in the same order (the training ones filled last)
         for k, v in alone.items():
             assert _bits(np.asarray(v, dtype=float)) == _bits(np.asarray(both[k][i:i + 1], dtype=float)), k

@@ -61,11 +61,28 @@ class BlockColumns(dict):
         return self[key] if key in self._full else default
 
 
+class _Deferred(dict):
+    """Every key None: the outputs a block leaves to be computed after the merge."""
+
+    def __missing__(self, key):
+        return None
+
+
+#: Stands for outputs a block does not compute (their values None); ``finish`` fills them.
+DEFERRED = _Deferred()
+
+
+def rows_of(c: dict[str, np.ndarray], rows: slice) -> dict[str, np.ndarray]:
+    """The columns of ``c`` on a slice of rows (views; 0-d columns as they are)."""
+    return {k: v[rows] if v.ndim else v for k, v in c.items()}
+
+
 def evaluate_blocks(c: dict[str, np.ndarray], n: int, chunk_rows: int, split, evaluate_block: Callable[[dict], dict],
-                    lazy: bool = True) -> dict[str, np.ndarray]:
+                    lazy: bool = True, finish: Callable[[dict], None] | None = None) -> dict[str, np.ndarray]:
     """``evaluate_block`` over blocks of at most ``chunk_rows`` of the ``n`` rows of ``c`` (slices, or with
     ``split`` row indices of one kind), its outputs written into whole-length arrays. ``lazy``: gather a
-    split block's columns on first use (:class:`BlockColumns`), else all at once."""
+    split block's columns on first use (:class:`BlockColumns`), else all at once. Outputs a block gives
+    as None stay None until ``finish(outputs)`` fills them in place (after every block, keys in order)."""
     keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
     out: dict[str, np.ndarray] = {}
     if split is None:
@@ -74,16 +91,20 @@ def evaluate_blocks(c: dict[str, np.ndarray], n: int, chunk_rows: int, split, ev
         blocks = [idx[start:start + chunk_rows] for idx in split for start in range(0, idx.size, chunk_rows)]
     for rows in blocks:
         if split is None:
-            part = evaluate_block({k: v[rows] if v.ndim else v for k, v in c.items()})
+            part = evaluate_block(rows_of(c, rows))
         elif lazy:
             part = evaluate_block(BlockColumns(c, rows))
         else:
             part = evaluate_block(dict(BlockColumns(c, rows).items()))
         if not out:
-            out = {k: np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
+            out = {k: None if v is None else np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
         for k, v in part.items():
+            if v is None:
+                continue
             arr = out[k]
             if type(v) is np.ndarray and v.dtype != arr.dtype and np.result_type(arr, v) != arr.dtype:
                 arr = out[k] = arr.astype(np.result_type(arr, v))  # a block of a wider dtype
             arr[rows] = v
+    if finish is not None:
+        finish(out)
     return out

@@ -72,8 +72,26 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
             out = _evaluate(c, profile)
             return {k: v if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
         deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
-        return blocks.evaluate_blocks(c, shape[0], CHUNK_ROWS, split,
-                                      lambda cols: _evaluate(cols, profile, deeppool=deeppool), lazy=not deeppool)
+        # a split batch leaves the training outputs to contiguous slices of the merged step times (fewer scatters)
+        finish = None if deeppool or split is None else (lambda out: _deferred_training(c, shape[0], out))
+        return blocks.evaluate_blocks(c, shape[0], CHUNK_ROWS, split, lambda cols: _evaluate(
+            cols, profile, deeppool=deeppool, training=finish is None), lazy=not deeppool, finish=finish)
+
+
+def _training(c, step):
+    """:func:`.training.training_metrics` of the rows of ``c`` at ``step`` seconds per step."""
+    return training_metrics(step, c["global_batch"] * c["seq_len"], c["gpus"] * c["price_usd_per_gpu_hour"],
+                            c["gpus"] * c["power_w"], c["tokens"], c["target_tokens"], c["critical_batch_tokens"])
+
+
+def _deferred_training(c, n: int, out: dict) -> None:
+    """Fill the training outputs the blocks left as None, slice by slice of the merged ``step_time_s``."""
+    for start in range(0, n, CHUNK_ROWS):
+        rows = slice(start, min(start + CHUNK_ROWS, n))
+        for k, v in _training(blocks.rows_of(c, rows), out["step_time_s"][rows]).items():
+            if out[k] is None:
+                out[k] = np.empty(n, dtype=np.asarray(v).dtype)
+            out[k][rows] = v
 
 
 def evaluate_scalar(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:
@@ -122,7 +140,8 @@ def _deeppool_present(c: Mapping[str, object]) -> bool:
 
 
 def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, record: bool = False,
-              deeppool: bool | None = None) -> dict[str, np.ndarray]:
+              deeppool: bool | None = None, training: bool = True) -> dict[str, np.ndarray]:
+    """The model on ``c``; ``training`` False leaves the training outputs None (:func:`_deferred_training`)."""
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
     B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
@@ -425,8 +444,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
                                    ops.where((rc >= 1) & std_attn, attn_core, 0.0))
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12
-    run = training_metrics(step, tokens_step, gpus * c["price_usd_per_gpu_hour"], gpus * c["power_w"], c["tokens"],
-                           c["target_tokens"], c["critical_batch_tokens"])
+    run = _training(c, step) if training else blocks.DEFERRED
     tokens_per_s = run["tokens_per_s"]
     valid = valid_mask(c)
 
