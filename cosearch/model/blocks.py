@@ -18,7 +18,7 @@ from .._malloc import keep_heap
 
 class BlockColumns(dict):
     """The columns of one block of rows (``rows``: sorted row indices of ``full``), each gathered when
-    first read; 0-d (single-valued) columns are shared. Iterating or counting gathers them all."""
+    first read; 0-d (single-valued) columns are shared. ``values``/``items`` gather them all."""
 
     __slots__ = ("_full", "_rows")
 
@@ -31,10 +31,6 @@ class BlockColumns(dict):
         value = self[key] = self._full[key].take(self._rows, mode="clip")
         return value
 
-    def _gather_all(self) -> None:
-        for key in self._full.keys() - dict.keys(self):
-            self[key]
-
     def __contains__(self, key) -> bool:
         return key in self._full
 
@@ -42,20 +38,16 @@ class BlockColumns(dict):
         return len(self._full)
 
     def __iter__(self):
-        self._gather_all()
-        return super().__iter__()
+        return iter(self._full)
 
     def keys(self):
-        self._gather_all()
-        return super().keys()
+        return self._full.keys()
 
     def values(self):
-        self._gather_all()
-        return super().values()
+        return [self[k] for k in self._full]
 
     def items(self):
-        self._gather_all()
-        return super().items()
+        return [(k, self[k]) for k in self._full]
 
     def get(self, key, default=None):
         return self[key] if key in self._full else default
