@@ -47,7 +47,8 @@ from . import _ops as ops
 from . import compute as kern
 from . import communication as comm
 from . import memory as mem
-from .moe_params import attention_params, attention_params_local, flops_per_token, param_counts, widths  # noqa: F401
+from .moe_params import (attention_params, attention_params_local, flops_per_token, mla_params,  # noqa: F401
+                         param_counts, widths)
 
 #: Busiest EP rank's tokens over the mean when the plan does not state it (``training.moe_load_imbalance``).
 #: Switch Transformer (Fedus et al. 2022, JMLR, sec. 2.2 and Table 1) trains with capacity factor 1.25:
@@ -191,6 +192,7 @@ class Terms(NamedTuple):
     edp: object            # expert-data-parallel group size, and its rank stride (ep*etp)
     edp_stride: object
     widths: tuple          # :func:`widths` of the rows
+    mla_parts: tuple = None  # :func:`mla_params` of the rows
 
 
 def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric, stages, tp_ar_s,
@@ -339,7 +341,8 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     dispatch_buf = ops.where(moe, 2.0 * copies * kern.BYTES_16BIT * 2.0, 0.0)   # send + receive, dispatch + combine
 
     # --- parameters on each rank -------------------------------------------------------------------
-    attn_loc = attention_params_local(c, tp, w, kv_loc)
+    mla_parts = mla_params(c, d_qk, d_v)
+    attn_loc = attention_params_local(c, tp, w, kv_loc, mla_parts)
     mlp_w = g2 * h
     dense_loc = attn_loc + mlp_w * fd / tp
     moe_loc = attn_loc + h * E + mlp_w * fs / tp
@@ -368,6 +371,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
         params_mid=pick(params_mid, dense_mid),
         experts_first=(n_first - n_dense_first) * exp_loc, experts_last=(n_last - n_dense_last) * exp_loc,
         experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp, widths=w,
+        mla_parts=mla_parts,
     )
 
 
@@ -379,7 +383,7 @@ def model_flops_params(c, ext: Terms, tokens_step, dense_flops_params):
     """(model FLOPs per step, the same over all parameters, parameters, active parameters). Extended rows
     count the active parameters (MFU, as MoE papers); the other rows take ``dense_flops_params()``
     (model FLOPs per step, parameters), called only where some row is not extended."""
-    pt, pa = param_counts(c, ext.widths)
+    pt, pa = param_counts(c, ext.widths, ext.mla_parts)
     fa, ft = flops_per_token(c, (pt, pa), ext.widths)
     if ops.all(ext.rows):
         return fa * tokens_step, ft * tokens_step, pt, pa
