@@ -38,12 +38,15 @@ def _tiled(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("n", [10, 4096])
-def test_where_with_a_zero_branch_gives_numpys_bits(n):
+def test_where_on_float64_branches_gives_numpys_bits(n):
     a, b, cond = _tiled(n)
     assert (n >= ops._MASK_MIN_ROWS) == (cond.size >= ops._MASK_MIN_ROWS)
     for got, want in ((ops.where(cond, a, 0.0), np.where(cond, a, 0.0)),
                       (ops.where(cond, 0.0, b), np.where(cond, 0.0, b)),
-                      (ops.where(cond, a, b), np.where(cond, a, b))):
+                      (ops.where(cond, a, b), np.where(cond, a, b)),
+                      (ops.where(cond, a, 2.5), np.where(cond, a, 2.5)),
+                      (ops.where(cond, -np.nan, b), np.where(cond, -np.nan, b)),
+                      (ops.where(cond, np.float64(-0.0), b), np.where(cond, np.float64(-0.0), b))):
         assert got.dtype == want.dtype == np.float64 and got.shape == want.shape
         assert _bits(got) == _bits(want)
     for x, y in itertools.product(AWKWARD, repeat=2):  # two constants: bit masks
@@ -63,6 +66,9 @@ def test_where_mask_path_leaves_its_inputs_alone_and_other_dtypes_to_numpy():
     assert _bits(a) == _bits(a_before) and not np.shares_memory(out, a)
     ints = np.arange(cond.size)  # an int64 branch: numpy's result (float64 with a float 0.0 branch)
     assert ops.where(cond, ints, 0.0).dtype == np.where(cond, ints, 0.0).dtype
+    assert ops.where(cond, 1, 0).dtype == np.where(cond, 1, 0).dtype  # int constants: numpy's path
+    short = a[:7]  # a branch of another shape broadcasts (numpy's path)
+    assert _bits(ops.where(cond[:7], short, a[0])) == _bits(np.where(cond[:7], short, a[0]))
     assert ops.where(True, 2.0, 0.0) == 2.0 and ops.where(False, 2.0, 0.0) == 0.0  # the scalar path
 
 

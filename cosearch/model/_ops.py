@@ -17,39 +17,50 @@ from __future__ import annotations
 
 import builtins
 import math
+import struct
 
 import numpy as np
 
 _SCALARS = (float, int, bool)
 _INF = math.inf
 _BOOL, _F64 = np.dtype(bool), np.dtype(np.float64)
-#: Rows from which :func:`where` with a +0.0 branch masks bits instead of calling np.where (about 17 us
-#: instead of 28 us at 16k rows on the 2-core EPYC VM: np.where's element loop is not vectorized).
+#: Rows from which :func:`where` selects float64 bits with masks instead of calling np.where.
 _MASK_MIN_ROWS = 1024
 
 
 def where(cond, a, b, *, _S=_SCALARS, type=type, _A=np.ndarray):
     if type(cond) is bool and type(a) in _S and type(b) in _S:
         return a if cond else b
-    if type(cond) is _A and cond.size >= _MASK_MIN_ROWS and cond.dtype == _BOOL:
-        # one branch +0.0 (bits all zero), or two constants: bit masks give np.where's result bit for bit
-        if type(b) is float and b == 0.0 and type(a) is _A and a.dtype == _F64 and a.shape == cond.shape \
-                and math.copysign(1.0, b) > 0.0:
-            mask = cond.view(np.int8).astype(np.int64)
-            np.negative(mask, out=mask)  # True -> all ones
-            return np.bitwise_and(a.view(np.int64), mask, out=mask).view(_F64)
-        if type(a) is float and a == 0.0 and type(b) is _A and b.dtype == _F64 and b.shape == cond.shape \
-                and math.copysign(1.0, a) > 0.0:
-            mask = cond.view(np.int8).astype(np.int64)
-            mask -= 1  # False -> all ones
-            return np.bitwise_and(b.view(np.int64), mask, out=mask).view(_F64)
-        if type(a) is float and type(b) is float:  # two constants: b's bits, a's where the mask is set
-            a_bits, b_bits = int(np.float64(a).view(np.int64)), int(np.float64(b).view(np.int64))
-            mask = cond.view(np.int8).astype(np.int64)
-            np.negative(mask, out=mask)
-            np.bitwise_and(mask, a_bits ^ b_bits, out=mask)
-            return np.bitwise_xor(mask, b_bits, out=mask).view(_F64)
+    if type(cond) is _A and cond.dtype == _BOOL and cond.size >= _MASK_MIN_ROWS:
+        a_bits, b_bits = _bits(a, cond.shape), _bits(b, cond.shape)
+        if a_bits is not None and b_bits is not None:
+            return _select_bits(cond, a_bits, b_bits)
     return np.where(cond, a, b)
+
+
+def _bits(x, shape, *, type=type, _A=np.ndarray, _pack=struct.Struct("<d").pack, _unpack=struct.Struct("<q").unpack):
+    """The bits of a float64 branch as int64: a view of an array of ``shape``, a Python int for a
+    float constant; None for anything else (np.where handles it)."""
+    if type(x) is float or type(x) is np.float64:
+        return _unpack(_pack(x))[0]
+    if type(x) is _A and x.dtype == _F64 and x.shape == shape:
+        return x.view(np.int64)
+    return None
+
+
+def _select_bits(cond, a, b):
+    """np.where(cond, a, b) on int64 bits (``a``, ``b`` arrays or Python ints), bit for bit, as float64.
+    np.where's element loop branches on every row: about 4.7 ns a row on random masks, this 1.8
+    (65,536 rows, 2-core EPYC VM); a +0.0 branch (bits 0) takes one bit operation fewer."""
+    mask = cond.view(np.int8).astype(np.int64)
+    if type(a) is int and a == 0:
+        mask -= 1  # False -> all ones
+        return np.bitwise_and(mask, b, out=mask).view(_F64)
+    np.negative(mask, out=mask)  # True -> all ones
+    if type(b) is int and b == 0:
+        return np.bitwise_and(mask, a, out=mask).view(_F64)
+    np.bitwise_and(mask, np.bitwise_xor(a, b), out=mask)
+    return np.bitwise_xor(mask, b, out=mask).view(_F64)
 
 
 def maximum(a, b, *, _S=_SCALARS, type=type):
