@@ -76,6 +76,11 @@ class Fabric:
     def latency_s(self, size, stride):
         return comm.group_latency_s(size, stride, self.domain, self.nvl_lat_s, self.net_lat_s)
 
+    def link(self, size, stride):
+        """(bandwidth_Bps, latency_s) of the group, in one pass."""
+        return comm.group_link(size, stride, self.domain, self.nvl_Bps, self.ring_nic_Bps(size, stride),
+                               self.nvl_lat_s, self.net_lat_s)
+
 
 def _shape(size, stride, domain):
     """(inside one domain, members per domain g, domains spanned n)."""
@@ -121,19 +126,20 @@ def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0
 
 def legacy_time_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0):
     """The original model (code ``nccl``): ring bandwidth, min(ring, tree) latency steps."""
-    bw, lat = fabric.bandwidth_Bps(size, stride), fabric.latency_s(size, stride)
+    bw, lat = fabric.link(size, stride)
     if op == "all_reduce":
         return comm.all_reduce_s(message_bytes, size, bw, lat * calls)
     return comm.all_gather_s(message_bytes, size, bw, lat * calls)
 
 
-def collective_s(op, algorithm, message_bytes, size, stride, fabric: Fabric, calls=1.0):
+def collective_s(op, algorithm, message_bytes, size, stride, fabric: Fabric, calls=1.0, legacy=None):
     """Time of ``op`` under the algorithm code ``algorithm`` (see :data:`COLLECTIVE_CODES`).
 
     Only the legacy formula is evaluated when every configuration uses code 0, so the default
-    path costs what it always did.
+    path costs what it always did; ``legacy``: :func:`legacy_time_s` of the same call where known.
     """
-    legacy = legacy_time_s(op, message_bytes, size, stride, fabric, calls)
+    if legacy is None:
+        legacy = legacy_time_s(op, message_bytes, size, stride, fabric, calls)
     algorithm = ops.asarray(algorithm)
     if not ops.any(algorithm != 0):
         return legacy

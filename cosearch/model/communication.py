@@ -24,15 +24,25 @@ from . import _ops as ops
 
 def group_bandwidth_Bps(size, stride, nvlink_domain, nvlink_Bps, network_Bps):
     """Bus bandwidth per rank (bytes/s) of a ring over ``size`` ranks spaced ``stride`` apart."""
-    span = size * stride
-    inside = span <= nvlink_domain
+    inside = size * stride <= nvlink_domain
+    return ops.where(inside, nvlink_Bps, _across_Bps(size, stride, nvlink_domain, nvlink_Bps, network_Bps))
+
+
+def _across_Bps(size, stride, nvlink_domain, nvlink_Bps, network_Bps):
+    """Bus bandwidth of a ring that crosses the network: g = members per node share its g NICs."""
     members_per_node = ops.clip(nvlink_domain / stride, 1.0, size)
-    across = ops.minimum(nvlink_Bps, members_per_node * network_Bps)
-    return ops.where(inside, nvlink_Bps, across)
+    return ops.minimum(nvlink_Bps, members_per_node * network_Bps)
 
 
 def group_latency_s(size, stride, nvlink_domain, nvlink_latency_s, network_latency_s):
     return ops.where(size * stride <= nvlink_domain, nvlink_latency_s, network_latency_s)
+
+
+def group_link(size, stride, nvlink_domain, nvlink_Bps, network_Bps, nvlink_latency_s, network_latency_s):
+    """(:func:`group_bandwidth_Bps`, :func:`group_latency_s`) with the span test done once (same values)."""
+    inside = size * stride <= nvlink_domain
+    across = _across_Bps(size, stride, nvlink_domain, nvlink_Bps, network_Bps)
+    return ops.where(inside, nvlink_Bps, across), ops.where(inside, nvlink_latency_s, network_latency_s)
 
 
 def collective_steps(size):

@@ -19,8 +19,8 @@ from typing import Mapping
 
 import numpy as np
 
-from .._malloc import keep_heap
 from . import _ops as ops
+from . import blocks
 from . import burst as dpool
 from . import collectives as coll
 from . import communication as comm
@@ -48,11 +48,11 @@ LOGIT_BYTES = 6.0
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
                   "offload")
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations")
-#: Rows per pass of the model over a large input: each of its hundreds of temporaries (128 KiB) then
-#: stays in the core's L2 cache (0.5-1 MiB) instead of streaming 8 MB per million rows through memory;
-#: exact (the model is elementwise). np.where on a random mask costs 1.2 ns/row at 16k rows and 3.8 at
-#: 32k (2-core EPYC VM); 16k rows beat 64k by 10-20 %. experiments/bench_model.py measures it.
-CHUNK_ROWS = 16384
+#: Rows per pass of the model over a large input: each temporary (512 KiB) stays in the 32 MiB L3 cache
+#: instead of streaming 8 MB per million rows through memory; exact (the model is elementwise). Was 16k
+#: (np.where on a random mask costs 1.7 ns/row at 16k rows, 3.3 at 32k), but with fewer np.where calls
+#: 64k rows beat 16k by 15-19 % (dense mix) and 3-14 % (MoE mix), 2026-11-24, experiments/bench_model.py.
+CHUNK_ROWS = 65536
 
 
 def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
@@ -71,33 +71,27 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
         if split is None and (len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS):
             out = _evaluate(c, profile)
             return {k: v if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
-        return _evaluate_blocks(c, profile, shape[0], split)
+        deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
+        # a split batch leaves the training outputs to contiguous slices of the merged step times (fewer scatters)
+        finish = None if deeppool or split is None else (lambda out: _deferred_training(c, shape[0], out))
+        return blocks.evaluate_blocks(c, shape[0], CHUNK_ROWS, split, lambda cols: _evaluate(
+            cols, profile, deeppool=deeppool, training=finish is None), lazy=not deeppool, finish=finish)
 
 
-def _evaluate_blocks(c: dict[str, np.ndarray], profile: Profile, n: int, split) -> dict[str, np.ndarray]:
-    """:func:`_evaluate` over blocks of at most ``CHUNK_ROWS`` rows (slices, or with ``split`` row
-    indices of one kind: dense or MoE/MLA), each written straight into whole-length outputs."""
-    keep_heap()  # chunk-sized temporaries: see cosearch/_malloc.py
-    out: dict[str, np.ndarray] = {}
-    deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
-    if split is None:
-        blocks = [slice(start, min(start + CHUNK_ROWS, n)) for start in range(0, n, CHUNK_ROWS)]
-    else:
-        blocks = [idx[start:start + CHUNK_ROWS] for idx in split for start in range(0, idx.size, CHUNK_ROWS)]
-    take = np.take
-    for rows in blocks:
-        if split is None:
-            part = _evaluate({k: v[rows] if v.ndim else v for k, v in c.items()}, profile, deeppool=deeppool)
-        else:
-            part = _evaluate({k: take(v, rows) if v.ndim else v for k, v in c.items()}, profile, deeppool=deeppool)
-        if not out:
-            out = {k: np.empty(n, dtype=np.asarray(v).dtype) for k, v in part.items()}
-        for k, v in part.items():
-            arr = out[k]
-            if type(v) is np.ndarray and v.dtype != arr.dtype and np.result_type(arr, v) != arr.dtype:
-                arr = out[k] = arr.astype(np.result_type(arr, v))  # a block of a wider dtype
-            arr[rows] = v
-    return out
+def _training(c, step):
+    """:func:`.training.training_metrics` of the rows of ``c`` at ``step`` seconds per step."""
+    return training_metrics(step, c["global_batch"] * c["seq_len"], c["gpus"] * c["price_usd_per_gpu_hour"],
+                            c["gpus"] * c["power_w"], c["tokens"], c["target_tokens"], c["critical_batch_tokens"])
+
+
+def _deferred_training(c, n: int, out: dict) -> None:
+    """Fill the training outputs the blocks left as None, slice by slice of the merged ``step_time_s``."""
+    for start in range(0, n, CHUNK_ROWS):
+        rows = slice(start, min(start + CHUNK_ROWS, n))
+        for k, v in _training(blocks.rows_of(c, rows), out["step_time_s"][rows]).items():
+            if out[k] is None:
+                out[k] = np.empty(n, dtype=np.asarray(v).dtype)
+            out[k][rows] = v
 
 
 def evaluate_scalar(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:
@@ -146,7 +140,8 @@ def _deeppool_present(c: Mapping[str, object]) -> bool:
 
 
 def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, record: bool = False,
-              deeppool: bool | None = None) -> dict[str, np.ndarray]:
+              deeppool: bool | None = None, training: bool = True) -> dict[str, np.ndarray]:
+    """The model on ``c``; ``training`` False leaves the training outputs None (:func:`_deferred_training`)."""
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
     B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
@@ -203,11 +198,17 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     layer_params_loc = (2.0 * h * h / tp) + 2.0 * h * kv_loc + (2.0 + gated) * h * f / tp
     emb_loc = V * h / tp
 
+    # layers on the fullest, first and last rank (uneven splits allowed: first and last hold a layer fewer)
+    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
+    act_bytes = tok * h * kern.BYTES_16BIT
+    tp_ar_legacy = coll.legacy_time_s("all_reduce", act_bytes, tp, 1.0, fabric)
+
     # --- issue 13 hook: MoE / MLA / explicit head_dim rows replace the per-layer values (.moe) ----
     ext = None
     if moe_on:
         ext = moe.terms(c, tok=tok, s_loc=s_loc, mb=mb, tp=tp, sp=sp, pp=pp, v=v, rc=rc, fp8=fp8, in_B=in_B,
                         gemm_Fps=gemm_Fps, attn_Fps=attn_Fps, hbm_Bps=hbm_Bps, t0=t0, fabric=fabric,
+                        stages=(n_stage, n_first, n_last), tp_ar_s=tp_ar_legacy,
                         dense_layer_f=layer_f, dense_layer_b=layer_b, dense_layer_r=layer_r, dense_attn_f=attn_f,
                         dense_attn_b=attn_b, dense_kv_loc=kv_loc, dense_act=act_layer, dense_act_none=act_layer_none,
                         dense_params_layer=layer_params_loc, emb_loc=emb_loc)
@@ -221,12 +222,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     logits_b = 2.0 * logit_gemm + logit_elem
 
     # --- communication inside a micro-batch ---------------------------------------------------
-    # layers on the fullest, first and last rank (uneven splits allowed: first and last hold a layer fewer)
-    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
-    act_bytes = tok * h * kern.BYTES_16BIT
     # Megatron: 2 all-reduces (or with SP 2 all-gathers + 2 reduce-scatters) per layer in forward,
     # 2 in backward, 2 more when the forward is recomputed.
-    tp_ar = ops.where(tp > 1, coll.collective_s("all_reduce", c["tp_collective"], act_bytes, tp, 1.0, fabric), 0.0)
+    tp_ar = ops.where(tp > 1, coll.collective_s("all_reduce", c["tp_collective"], act_bytes, tp, 1.0, fabric,
+                                                            legacy=tp_ar_legacy), 0.0)
     # Transformer Engine's overlapped fp8 path all-gathers the fp8 copy of the norm output (1 byte), so of
     # the all-gather + reduce-scatter pair that replaces each all-reduce under SP, 3/4 of the bytes remain.
     tp_ar = tp_ar * ops.where((fp8 > 0) & (sp > 0) & (c["tp_comm_overlap"] > 0), 0.75, 1.0)
@@ -235,7 +234,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     tp_layer_b = tp_ar * (2.0 + 2.0 * (rc >= 2)) * tp_exposed
     # Context parallel (ring attention): K and V blocks circulate over cp-1 steps in forward, and K, V
     # plus their gradients in backward, overlapped with the attention computation.
-    cp_bw, cp_lat = fabric.bandwidth_Bps(cp, tp), fabric.latency_s(cp, tp)
+    cp_bw, cp_lat = fabric.link(cp, tp)
     kv_block = 2.0 * mb * s_loc * kv_loc * kern.BYTES_16BIT
     cp_f = (cp - 1.0) * (kv_block / cp_bw + cp_lat)
     cp_exp_f = ops.maximum(cp_f - attn_f, 0.0)
@@ -244,7 +243,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # Pipeline sends: forward activations and backward gradients at each of v stage boundaries. Each TP
     # rank sends its 1/tp slice (Megatron's scatter/gather optimization, Narayanan et al. SC'21 sec. 4.1;
     # under SP the tensor is already split).
-    pp_bw, pp_lat = fabric.bandwidth_Bps(2.0, tp * cp * dp), fabric.latency_s(2.0, tp * cp * dp)
+    pp_bw, pp_lat = fabric.link(2.0, tp * cp * dp)
     p2p_bytes = act_bytes / tp
     pp_mb = ops.where(pp > 1, 2.0 * v * comm.p2p_s(p2p_bytes, pp_bw, pp_lat), 0.0)
 
@@ -438,14 +437,13 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
 
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
-    model_flops = fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step
-    total_flops, params, active_params = model_flops, fl.total_params(L, h, a, kvh, f, gated, V, tied), None
-    if ext is not None:  # MoE: model FLOPs of the active parameters (MFU, as MoE papers), and of all of them
-        pt, pa = moe.param_counts(c, ext.widths)
-        fa, ft = moe.flops_per_token(c, (pt, pa), ext.widths)
-        model_flops = ops.where(ext.rows, fa * tokens_step, model_flops)
-        total_flops = ops.where(ext.rows, ft * tokens_step, model_flops)
-        params, active_params = ops.where(ext.rows, pt, params), ops.where(ext.rows, pa, params)
+    def dense_flops_params():
+        return fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step, fl.total_params(L, h, a, kvh, f, gated, V, tied)
+    if ext is None:
+        (model_flops, params), active_params = dense_flops_params(), None
+        total_flops = model_flops
+    else:  # MoE: model FLOPs of the active parameters, and of all of them
+        model_flops, total_flops, params, active_params = moe.model_flops_params(c, ext, tokens_step, dense_flops_params)
     # hardware FLOPs add what is recomputed: the whole forward of each layer (full), or the attention
     # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
     attn_core = L * fl.attention_flops_per_token(h, s) * tokens_step
@@ -453,8 +451,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
                                    ops.where((rc >= 1) & std_attn, attn_core, 0.0))
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12
-    run = training_metrics(step, tokens_step, gpus * c["price_usd_per_gpu_hour"], gpus * c["power_w"], c["tokens"],
-                           c["target_tokens"], c["critical_batch_tokens"])
+    run = _training(c, step) if training else blocks.DEFERRED
     tokens_per_s = run["tokens_per_s"]
     valid = valid_mask(c)
 

@@ -28,13 +28,21 @@ class DenseLayer(NamedTuple):
     act_layer_none: object  # kept with no recompute
 
 
-def gemm_forward_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B):
-    """Forward time of the layer's four GEMMs (QKV, projection, fc1, fc2) on one TP rank."""
-    g_qkv = kern.gemm_time_s(tok, h / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
-    g_proj = kern.gemm_time_s(tok, h, h / tp, gemm_Fps, hbm_Bps, t0, in_B)
-    g_fc1 = kern.gemm_time_s(tok, f * (1.0 + gated) / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
-    g_fc2 = kern.gemm_time_s(tok, h, f / tp, gemm_Fps, hbm_Bps, t0, in_B)
+def gemm_forward_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B, widths=None):
+    """Forward time of the layer's four GEMMs (QKV, projection, fc1, fc2) on one TP rank; ``widths``:
+    :func:`local_widths` where already known."""
+    h_loc, f_loc, qkv_loc, fc1_loc = widths or local_widths(h, f, gated, tp, kv_loc)
+    g_qkv = kern.gemm_time_s(tok, qkv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
+    g_proj = kern.gemm_time_s(tok, h, h_loc, gemm_Fps, hbm_Bps, t0, in_B)
+    g_fc1 = kern.gemm_time_s(tok, fc1_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
+    g_fc2 = kern.gemm_time_s(tok, h, f_loc, gemm_Fps, hbm_Bps, t0, in_B)
     return g_qkv + g_proj + g_fc1 + g_fc2
+
+
+def local_widths(h, f, gated, tp, kv_loc):
+    """Widths on one TP rank: (hidden, MLP, QKV output, fc1 output)."""
+    h_loc = h / tp
+    return h_loc, f / tp, h_loc + 2.0 * kv_loc, f * (1.0 + gated) / tp
 
 
 def dense_layer(c, *, tok, s_loc, mb, tp, sp, rc, fp8, in_B, kv_loc, h_rep, gemm_Fps, gemm16_Fps, attn_Fps, hbm_Bps,
@@ -42,18 +50,19 @@ def dense_layer(c, *, tok, s_loc, mb, tp, sp, rc, fp8, in_B, kv_loc, h_rep, gemm
     """The dense layer's terms; the unfused attention kernel is evaluated only where a row uses it."""
     h, a, f, gated, s, attn_kind = c["hidden"], c["heads"], c["ffn_hidden"], c["gated_mlp"], c["seq_len"], c["attention"]
     std_attn = attn_kind == 1
-    gemm_f = gemm_forward_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B)
-    attn_flash = kern.flash_attention_time_s(mb, s_loc, s, h / tp, attn_Fps)
+    widths = h_loc, f_loc, qkv_loc, fc1_loc = local_widths(h, f, gated, tp, kv_loc)
+    gemm_f = gemm_forward_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B, widths)
+    attn_flash = kern.flash_attention_time_s(mb, s_loc, s, h_loc, attn_Fps)
     any_std = ops.any(std_attn)
     if any_std:
-        attn_std = kern.standard_attention_time_s(mb, s_loc, s, h / tp, a / tp, gemm16_Fps, hbm_Bps)
+        attn_std = kern.standard_attention_time_s(mb, s_loc, s, h_loc, a / tp, gemm16_Fps, hbm_Bps)
         attn_f = ops.where(std_attn > 0, attn_std, attn_flash)
         attn_b = ops.where(std_attn > 0, 2.0 * attn_std, 2.5 * attn_flash)
     else:  # the values the selections above give when no row runs unfused attention
         attn_f, attn_b = attn_flash, 2.5 * attn_flash
-    elem16 = tok * kern.elementwise_bytes_per_token(h_rep, f / tp, gated) / hbm_Bps
-    cast_f = fp8 * tok * kern.fp8_cast_bytes_per_token(h, h / tp, f / tp) / hbm_Bps
-    cast_b = fp8 * tok * kern.fp8_grad_cast_bytes_per_token(h, h / tp + 2.0 * kv_loc, f * (1.0 + gated) / tp) / hbm_Bps
+    elem16 = tok * kern.elementwise_bytes_per_token(h_rep, f_loc, gated) / hbm_Bps
+    cast_f = fp8 * tok * kern.fp8_cast_bytes_per_token(h, h_loc, f_loc) / hbm_Bps
+    cast_b = fp8 * tok * kern.fp8_grad_cast_bytes_per_token(h, qkv_loc, fc1_loc) / hbm_Bps
     elem_f = elem16 + cast_f
     layer_f = gemm_f + attn_f + elem_f
     layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem16 + cast_b

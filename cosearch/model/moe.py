@@ -47,7 +47,8 @@ from . import _ops as ops
 from . import compute as kern
 from . import communication as comm
 from . import memory as mem
-from .moe_params import attention_params, flops_per_token, param_counts, widths  # noqa: F401 - re-exported
+from .moe_params import (attention_params, attention_params_local, flops_per_token, mla_params,  # noqa: F401
+                         param_counts, widths)
 
 #: Busiest EP rank's tokens over the mean when the plan does not state it (``training.moe_load_imbalance``).
 #: Switch Transformer (Fedus et al. 2022, JMLR, sec. 2.2 and Table 1) trains with capacity factor 1.25:
@@ -128,21 +129,33 @@ def a2a_s(message_bytes, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.0
     (all its token copies, ``top_k`` per token; 1/ep of them stay local). Peers inside the NVLink
     domain are reached over NVLink, the others through the GPU's NIC, both at once. ``deepep``: each
     token crosses the network once per destination node and is forwarded over NVLink there."""
+    return a2a_times_s((message_bytes,), ep, etp, fabric, top_k, deepep, nodes_limit)[0]
+
+
+def a2a_times_s(messages, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.0):
+    """:func:`a2a_s` of each of several messages over one EP group (its geometry worked out once)."""
     g_in = ops.clip(fabric.domain / etp, 1.0, ep)           # EP ranks in one NVLink domain
-    intra = message_bytes * (g_in - 1.0) / ep
-    inter = message_bytes * (ep - g_in) / ep
-    if ops.any(deepep > 0):
+    peers_in, peers_out = g_in - 1.0, ep - g_in
+    any_deepep = ops.any(deepep > 0)
+    if any_deepep:
         n = ep / g_in                                        # NVLink domains the EP group spans
         nodes = (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k)  # distinct other domains a token reaches
         nodes = ops.where(nodes_limit > 0, ops.minimum(nodes, nodes_limit), nodes)
-        per_copy = message_bytes / ops.maximum(top_k, 1.0)
-        inter = ops.where(deepep > 0, per_copy * nodes, inter)
-        intra = ops.where(deepep > 0, message_bytes * (g_in - 1.0) / g_in, intra)
+        copies, deep = ops.maximum(top_k, 1.0), deepep > 0
     nic = fabric.net_Bps * comm.spine_share(ep, etp, fabric.domain, fabric.leaf_gpus, fabric.oversubscription,
                                             all_to_all=True)
     lat = ops.where(ep * etp <= fabric.domain, fabric.nvl_lat_s, fabric.net_lat_s)
-    t = ops.maximum(intra / fabric.nvl_Bps, ops.where(inter > 0, inter / nic, 0.0)) + lat
-    return ops.where(ep > 1, t, 0.0)
+    several = ep > 1
+    times = []
+    for message_bytes in messages:
+        intra = message_bytes * peers_in / ep
+        inter = message_bytes * peers_out / ep
+        if any_deepep:
+            inter = ops.where(deep, message_bytes / copies * nodes, inter)
+            intra = ops.where(deep, message_bytes * peers_in / g_in, intra)
+        t = ops.maximum(intra / fabric.nvl_Bps, ops.where(inter > 0, inter / nic, 0.0)) + lat
+        times.append(ops.where(several, t, 0.0))
+    return times
 
 
 def grouped_gemm_time_s(groups, rows_per_group, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes):
@@ -179,12 +192,15 @@ class Terms(NamedTuple):
     edp: object            # expert-data-parallel group size, and its rank stride (ep*etp)
     edp_stride: object
     widths: tuple          # :func:`widths` of the rows
+    mla_parts: tuple = None  # :func:`mla_params` of the rows
 
 
-def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric,
+def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric, stages, tp_ar_s,
           dense_layer_f, dense_layer_b, dense_layer_r, dense_attn_f, dense_attn_b, dense_kv_loc,
           dense_act, dense_act_none, dense_params_layer, emb_loc) -> Terms:
-    """Everything the evaluator needs from extended rows; dense rows keep the ``dense_*`` values."""
+    """Everything the evaluator needs from extended rows; dense rows keep the ``dense_*`` values.
+    ``stages``: :func:`.memory.stage_layers`; ``tp_ar_s``: the legacy tensor-parallel all-reduce of tok*h 16-bit
+    values (:func:`.collectives.legacy_time_s`), both as the evaluator has them."""
     h, a, E, k, g = c["hidden"], c["heads"], c["experts"], c["top_k"], c["gated_mlp"]
     L, s, dp, cp = c["layers"], c["seq_len"], c["dp"], c["cp"]
     moe = E > 0
@@ -198,18 +214,22 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     rep_div = ops.where(sp > 0, tp, 1.0)
     tok_r = tok / rep_div                                  # tokens a GPU holds outside attention
     kv_loc = d * ops.maximum(c["kv_heads"] / tp, 1.0)
+    q_loc, qk_loc, v_loc = a * d / tp, a * d_qk / tp, a * d_v / tp   # head widths per TP rank
+    fs_loc, fd_loc = fs / tp, fd / tp
+    g1, g2 = 1.0 + g, 2.0 + g
+    rc_full, rc_sel = rc >= 2, rc >= 1
 
     # --- attention: projections and the fused core ---------------------------------------------
     any_mla, all_mla = ops.any(mla), ops.all(mla)  # compute only the attention kinds present
-    gqa_f = 0.0 if all_mla else (kern.gemm_time_s(tok, a * d / tp + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
-                                 + kern.gemm_time_s(tok, h, a * d / tp, gemm_Fps, hbm_Bps, t0, in_B))
+    gqa_f = 0.0 if all_mla else (kern.gemm_time_s(tok, q_loc + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
+                                 + kern.gemm_time_s(tok, h, q_loc, gemm_Fps, hbm_Bps, t0, in_B))
     if any_mla:
         q_f = ops.where(ql > 0, kern.gemm_time_s(tok, ql, h, gemm_Fps, hbm_Bps, t0, in_B)
-                        + kern.gemm_time_s(tok, a * d_qk / tp, ql, gemm_Fps, hbm_Bps, t0, in_B),
-                        kern.gemm_time_s(tok, a * d_qk / tp, h, gemm_Fps, hbm_Bps, t0, in_B))
+                        + kern.gemm_time_s(tok, qk_loc, ql, gemm_Fps, hbm_Bps, t0, in_B),
+                        kern.gemm_time_s(tok, qk_loc, h, gemm_Fps, hbm_Bps, t0, in_B))
         mla_f = (q_f + kern.gemm_time_s(tok, kvl + rope, h, gemm_Fps, hbm_Bps, t0, in_B)
                  + kern.gemm_time_s(tok, a * (nope + d_v) / tp, kvl, gemm_Fps, hbm_Bps, t0, in_B)
-                 + kern.gemm_time_s(tok, h, a * d_v / tp, gemm_Fps, hbm_Bps, t0, in_B))
+                 + kern.gemm_time_s(tok, h, v_loc, gemm_Fps, hbm_Bps, t0, in_B))
         attn_gemm_f = mla_f if all_mla else ops.where(mla, mla_f, gqa_f)
     else:
         attn_gemm_f = gqa_f
@@ -217,12 +237,12 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     attn_b = 2.5 * attn_f
     norms = tok * kern.BYTES_16BIT * 10.0 * h / rep_div / hbm_Bps   # norms, residual adds (compute.py)
 
-    def mlp_f(width):  # a dense (gated) MLP split over tp, forward
-        return ops.where(width > 0, kern.gemm_time_s(tok, width * (1.0 + g) / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
-                         + kern.gemm_time_s(tok, h, width / tp, gemm_Fps, hbm_Bps, t0, in_B), 0.0)
+    def mlp_f(width, width_loc):  # a dense (gated) MLP split over tp (width_loc = width / tp), forward
+        return ops.where(width > 0, kern.gemm_time_s(tok, width * g1 / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
+                         + kern.gemm_time_s(tok, h, width_loc, gemm_Fps, hbm_Bps, t0, in_B), 0.0)
 
     def act_fn_s(n_tok, width):  # the activation function's HBM traffic (read 1-2 inputs, write 1)
-        return n_tok * kern.BYTES_16BIT * (2.0 + g) * width / hbm_Bps
+        return n_tok * kern.BYTES_16BIT * g2 * width / hbm_Bps
 
     # --- routed experts on the busiest EP rank ----------------------------------------------------
     imb = ops.where(ep > 1, c["moe_load_imbalance"], 1.0)
@@ -234,34 +254,34 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     fe_loc = fe / etp
     # fp8 routed experts: at most FP8_EXPERT_SPEEDUP x the 16-bit rate (fp8 peaks are 2x the 16-bit ones)
     exp_Fps = gemm_Fps * ops.where(fp8 > 0, 0.5 * FP8_EXPERT_SPEEDUP, 1.0) if ops.any(fp8 > 0) else gemm_Fps
-    routed_f = (grouped_gemm_time_s(local, m_exp, fe_loc * (1.0 + g), h, exp_Fps, hbm_Bps, t0, in_B)
+    routed_f = (grouped_gemm_time_s(local, m_exp, fe_loc * g1, h, exp_Fps, hbm_Bps, t0, in_B)
                 + grouped_gemm_time_s(local, m_exp, h, fe_loc, exp_Fps, hbm_Bps, t0, in_B))
     router_f = kern.gemm_time_s(tok_r, E, h, gemm_Fps, hbm_Bps, t0)
     # permute before dispatch and unpermute after combine: read + write every token copy, twice
     permute = 4.0 * tok_r * k * h * load * kern.BYTES_16BIT / hbm_Bps
-    moe_gemm_f = routed_f + router_f + (mlp_f(fs) if ops.any(fs > 0) else 0.0)
-    moe_elem = norms + act_fn_s(m_act, fe_loc) + act_fn_s(tok, fs / tp) + permute
+    moe_gemm_f = routed_f + router_f + (mlp_f(fs, fs_loc) if ops.any(fs > 0) else 0.0)
+    act_e, act_s, act_d = act_fn_s(m_act, fe_loc), act_fn_s(tok, fs_loc), act_fn_s(tok, fd_loc)
+    moe_elem = norms + act_e + act_s + permute
     # dense-MLP layers exist where a MoE model has leading dense layers or the model has no experts
     any_dense = ops.any(c["dense_layers"] > 0) or not ops.all(moe)
-    dense_gemm_f = mlp_f(fd) if any_dense else 0.0
-    dense_elem = norms + act_fn_s(tok, fd / tp)
+    dense_gemm_f = mlp_f(fd, fd_loc) if any_dense else 0.0
+    dense_elem = norms + act_d
     # fp8: Transformer Engine casts each GEMM input (read 2 B, write 1 + 1 B), forward and backward
-    cast = fp8 * 4.0 * (tok * (2.0 * h + a * d_v / tp) + m_act * (h + fe_loc)) / hbm_Bps
+    cast = fp8 * 4.0 * (tok * (2.0 * h + v_loc) + m_act * (h + fe_loc)) / hbm_Bps
 
     moe_f = attn_gemm_f + attn_f + moe_gemm_f + moe_elem + cast
     moe_b = 2.0 * (attn_gemm_f + moe_gemm_f + moe_elem) + attn_b + cast
     den_f = attn_gemm_f + attn_f + dense_gemm_f + dense_elem + cast
     den_b = 2.0 * (attn_gemm_f + dense_gemm_f + dense_elem) + attn_b + cast
-    moe_r = ops.where(rc >= 2, moe_f, ops.where(rc >= 1, act_fn_s(m_act, fe_loc) + act_fn_s(tok, fs / tp), 0.0))
-    den_r = ops.where(rc >= 2, den_f, ops.where(rc >= 1, act_fn_s(tok, fd / tp), 0.0))
+    moe_r = ops.where(rc_full, moe_f, ops.where(rc_sel, act_e + act_s, 0.0))
+    den_r = ops.where(rc_full, den_f, ops.where(rc_sel, act_d, 0.0))
 
     # --- all-to-all dispatch and combine ---------------------------------------------------------
     copies = tok_r * k * h * load
     dispatch = (k, c["moe_dispatcher"], c["routed_nodes_limit"])
-    t_disp = a2a_s(copies * (kern.BYTES_16BIT - fp8), ep, etp, fabric, *dispatch)
-    t_comb = a2a_s(copies * kern.BYTES_16BIT, ep, etp, fabric, *dispatch)
+    t_disp, t_comb = a2a_times_s((copies * (kern.BYTES_16BIT - fp8), copies * kern.BYTES_16BIT), ep, etp, fabric, *dispatch)
     a2a_fwd = t_disp + t_comb
-    a2a_bwd = 2.0 * t_comb + ops.where(rc >= 2, a2a_fwd, 0.0)
+    a2a_bwd = 2.0 * t_comb + ops.where(rc_full, a2a_fwd, 0.0)
     ov = c["moe_a2a_overlap"]
     # expert tensor parallelism: the received token copies are all-gathered over the etp ranks before the
     # expert GEMMs and reduce-scattered after them (Megatron-Core MoEAlltoAllTokenDispatcher, ETP > 1); the
@@ -269,16 +289,15 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # excess of the (top_k x load)-times larger expert pair is added (an etp < tp plan keeps the dense pair)
     etp_pair = 0.0
     if ops.any(etp > 1):
-        etp_bw, etp_lat = fabric.bandwidth_Bps(etp, 1.0), fabric.latency_s(etp, 1.0)
-        tp_bw, tp_lat = fabric.bandwidth_Bps(tp, 1.0), fabric.latency_s(tp, 1.0)
+        etp_bw, etp_lat = fabric.link(etp, 1.0)
         expert_pair = 2.0 * comm.all_gather_s(m_act * h * kern.BYTES_16BIT, etp, etp_bw, etp_lat)
-        mlp_pair = comm.all_reduce_s(tok * h * kern.BYTES_16BIT, tp, tp_bw, tp_lat)
+        mlp_pair = tp_ar_s
         etp_pair = ops.where(moe & (etp > 1), ops.maximum(expert_pair - ops.where(tp > 1, mlp_pair, 0.0), 0.0), 0.0)
     ep_f1 = a2a_fwd - ops.minimum(a2a_fwd, ov * moe_f) + etp_pair
-    ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r)) + etp_pair * (1.0 + (rc >= 2))
+    ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r)) + etp_pair * (1.0 + rc_full)
 
     # --- which layers the stages hold ------------------------------------------------------------
-    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
+    n_stage, n_first, n_last = stages
     one_stage = pp * v <= 1
     nd = c["dense_layers"]
     n_dense_slot = ops.where(moe, ops.where(one_stage, nd, 0.0), n_stage)   # the slowest stage: MoE layers
@@ -299,29 +318,32 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # --- activations (bytes per layer and micro-batch) ---------------------------------------------
     norm_out = 2.0 - fp8
     sbh = tok * h
-    q_w, o_w = a * d_qk / tp, a * d_v / tp
-    k_w, v_w = ops.where(mla, a * d_qk / tp, kv_loc), ops.where(mla, a * d_v / tp, kv_loc)
+    q_w, o_w = qk_loc, v_loc
+    k_w, v_w = ops.where(mla, qk_loc, kv_loc), ops.where(mla, v_loc, kv_loc)
     latents = ops.where(mla, 2.0 * kern.BYTES_16BIT * tok * (ops.maximum(ql, 0.0) + kvl + rope), 0.0)
     attn_act = ((4.0 + 2.0 * norm_out) * sbh / rep_div + kern.BYTES_16BIT * tok * (q_w + k_w + v_w)
                 + (2.0 + fp8) * tok * o_w + latents)
 
+    mlp_act_B = (2.0 + 2.0 * g) + (2.0 - fp8)
+
     def mlp_act(n_tok, width):  # fc1 output(s) and the activation output (its fc2 input)
-        return n_tok * width * ((2.0 + 2.0 * g) + (2.0 - fp8))
+        return n_tok * width * mlp_act_B
 
     routed_act = m_act * ((2.0 - fp8) * h + kern.BYTES_16BIT * h) + mlp_act(m_act, fe_loc)  # fc1 input, expert output
-    moe_none = attn_act + routed_act + mlp_act(tok, fs / tp)
-    den_none = attn_act + mlp_act(tok, fd / tp)
+    moe_none = attn_act + routed_act + mlp_act(tok, fs_loc)
+    den_none = attn_act + mlp_act(tok, fd_loc)
     moe_sel = moe_none - (2.0 - fp8) * (m_act * fe_loc + tok * fs / tp)
     den_sel = den_none - (2.0 - fp8) * tok * fd / tp
     full = 2.0 * sbh / rep_div
     w_first = n_dense_first / ops.maximum(n_first, 1.0)
     none = avg(den_none, moe_none, w_first)
-    act = ops.where(rc >= 2, full, ops.where(rc >= 1, avg(den_sel, moe_sel, w_first), none))
+    act = ops.where(rc_full, full, ops.where(rc_sel, avg(den_sel, moe_sel, w_first), none))
     dispatch_buf = ops.where(moe, 2.0 * copies * kern.BYTES_16BIT * 2.0, 0.0)   # send + receive, dispatch + combine
 
     # --- parameters on each rank -------------------------------------------------------------------
-    _, attn_loc = attention_params(c, tp, w)
-    mlp_w = (2.0 + g) * h
+    mla_parts = mla_params(c, d_qk, d_v)
+    attn_loc = attention_params_local(c, tp, w, kv_loc, mla_parts)
+    mlp_w = g2 * h
     dense_loc = attn_loc + mlp_w * fd / tp
     moe_loc = attn_loc + h * E + mlp_w * fs / tp
     exp_loc = ops.where(moe, local * mlp_w * fe_loc, 0.0)
@@ -331,19 +353,41 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     params_mid = n_dense_mid * dense_loc + (n_stage - n_dense_mid) * moe_loc
     edp = tp * cp * dp / (ep * etp)
 
-    all_ext = ops.all(rows)
-
-    def pick(ext_v, dense_v):
-        return ext_v if all_ext else ops.where(rows, ext_v, dense_v)
+    if ops.all(rows):  # every row extended: the dense values are not needed
+        pick = _first
+        dense_first = dense_last = dense_mid = None
+    else:
+        def pick(ext_v, dense_v):
+            return ops.where(rows, ext_v, dense_v)
+        dense_first = n_first * dense_params_layer + emb_loc + untied_out
+        dense_last, dense_mid = n_last * dense_params_layer + emb_loc, n_stage * dense_params_layer
 
     return Terms(
         rows=rows, layer_f=pick(layer_f, dense_layer_f), layer_b=pick(layer_b, dense_layer_b),
         layer_r=pick(layer_r, dense_layer_r), attn_f=pick(attn_f, dense_attn_f), attn_b=pick(attn_b, dense_attn_b),
         kv_loc=pick(0.5 * (k_w + v_w), dense_kv_loc), ep_f=ep_f, ep_b=ep_b,
         act_layer=pick(act, dense_act), act_layer_none=pick(none, dense_act_none), dispatch_buf=dispatch_buf,
-        params_first=pick(params_first, n_first * dense_params_layer + emb_loc + untied_out),
-        params_last=pick(params_last, n_last * dense_params_layer + emb_loc),
-        params_mid=pick(params_mid, n_stage * dense_params_layer),
+        params_first=pick(params_first, dense_first), params_last=pick(params_last, dense_last),
+        params_mid=pick(params_mid, dense_mid),
         experts_first=(n_first - n_dense_first) * exp_loc, experts_last=(n_last - n_dense_last) * exp_loc,
         experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp, widths=w,
+        mla_parts=mla_parts,
     )
+
+
+def _first(ext_v, dense_v):
+    return ext_v
+
+
+def model_flops_params(c, ext: Terms, tokens_step, dense_flops_params):
+    """(model FLOPs per step, the same over all parameters, parameters, active parameters). Extended rows
+    count the active parameters (MFU, as MoE papers); the other rows take ``dense_flops_params()``
+    (model FLOPs per step, parameters), called only where some row is not extended."""
+    pt, pa = param_counts(c, ext.widths, ext.mla_parts)
+    fa, ft = flops_per_token(c, (pt, pa), ext.widths)
+    if ops.all(ext.rows):
+        return fa * tokens_step, ft * tokens_step, pt, pa
+    model_flops, params = dense_flops_params()
+    model_flops = ops.where(ext.rows, fa * tokens_step, model_flops)
+    total_flops = ops.where(ext.rows, ft * tokens_step, model_flops)
+    return model_flops, total_flops, ops.where(ext.rows, pt, params), ops.where(ext.rows, pa, params)

@@ -33,26 +33,48 @@ def widths(c):
 
 def attention_params(c, tp=1.0, w=None):
     """(parameters of one attention block, of them on one TP rank); ``w``: :func:`widths` if known."""
-    h, a, kvh = c["hidden"], c["heads"], c["kv_heads"]
-    _, _, _, d, d_qk, d_v = w or widths(c)
+    w = w or widths(c)
+    return attention_params_total(c, w), attention_params_local(c, tp, w)
+
+
+def mla_params(c, d_qk, d_v):
+    """(replicated, TP-split) parameters of one MLA block."""
+    h, a = c["hidden"], c["heads"]
     ql, kvl, rope, nope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"]
-    kv_loc = d * ops.maximum(kvh / tp, 1.0)
-    gqa = 2.0 * h * a * d + 2.0 * h * kvh * d
-    gqa_loc = 2.0 * h * a * d / tp + 2.0 * h * kv_loc
     q_rep = ops.where(ql > 0, h * ql, 0.0)
     q_split = ops.where(ql > 0, ql, h) * a * d_qk
-    rep = q_rep + h * (kvl + rope)
-    split = q_split + kvl * a * (nope + d_v) + a * d_v * h
-    mla = c["mla"] > 0
-    return ops.where(mla, rep + split, gqa), ops.where(mla, rep + split / tp, gqa_loc)
+    return q_rep + h * (kvl + rope), q_split + kvl * a * (nope + d_v) + a * d_v * h
 
 
-def param_counts(c, w=None):
-    """(total, active) parameters of the model (biases and norms omitted, as :mod:`.flops`)."""
+def attention_params_total(c, w, mla_parts=None):
+    """Parameters of one attention block (GQA/MHA or MLA); ``w``: :func:`widths`, ``mla_parts``:
+    :func:`mla_params` where already known."""
+    h, a, kvh = c["hidden"], c["heads"], c["kv_heads"]
+    _, _, _, d, d_qk, d_v = w
+    gqa = 2.0 * h * a * d + 2.0 * h * kvh * d
+    rep, split = mla_parts or mla_params(c, d_qk, d_v)
+    return ops.where(c["mla"] > 0, rep + split, gqa)
+
+
+def attention_params_local(c, tp, w, kv_loc=None, mla_parts=None):
+    """Parameters of one attention block on one TP rank; ``kv_loc`` (the K width per rank) and
+    ``mla_parts`` (:func:`mla_params`) where already known."""
+    h, a = c["hidden"], c["heads"]
+    _, _, _, d, d_qk, d_v = w
+    if kv_loc is None:
+        kv_loc = d * ops.maximum(c["kv_heads"] / tp, 1.0)
+    gqa_loc = 2.0 * h * a * d / tp + 2.0 * h * kv_loc
+    rep, split = mla_parts or mla_params(c, d_qk, d_v)
+    return ops.where(c["mla"] > 0, rep + split / tp, gqa_loc)
+
+
+def param_counts(c, w=None, mla_parts=None):
+    """(total, active) parameters of the model (biases and norms omitted, as :mod:`.flops`); ``w`` and
+    ``mla_parts``: :func:`widths` and :func:`mla_params` where already known."""
     h, L, E, g = c["hidden"], c["layers"], c["experts"], c["gated_mlp"]
     w = w or widths(c)
     fe, fd, fs, *_ = w
-    attn, _ = attention_params(c, 1.0, w)
+    attn = attention_params_total(c, w, mla_parts)
     moe = E > 0
     n_dense = ops.where(moe, c["dense_layers"], L)
     mlp_w = (2.0 + g) * h
