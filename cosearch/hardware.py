@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from .errors import CosearchError
+from .model.columns import EFFICIENCY_COLUMNS  # noqa: F401 - the columns catalog() fills, re-exported
 from .data import data_text
 
 #: The model's GEMM time is ``t0 + max(2mnk / (eta * peak), bytes / bw)``; eta is a FIT with a
@@ -26,10 +27,6 @@ REFERENCE_GPU = "h100-sxm"
 REFERENCE_FIT_ETA = 0.707
 
 PRECISIONS = ("bf16", "fp16", "fp8")
-
-
-#: Per-GPU model columns read from a catalog entry's efficiency block (besides the datasheet values).
-EFFICIENCY_COLUMNS = ("matmul_efficiency", "matmul_efficiency_fp8", "legacy_attention_efficiency", "attention_speedup")
 
 
 def matmul_eta(large_gemm_fraction: float | None, reference_fraction: float) -> float:
@@ -67,8 +64,8 @@ def catalog() -> dict[str, dict[str, Any]]:
     (bf16) and ``matmul_efficiency_fp8`` (NaN without an fp8 measurement) from its ``efficiency``
     block (:func:`matmul_eta`), ``legacy_attention_efficiency`` (the fraction of 16-bit peak that
     attention kernels written for an older architecture reach; NaN: no cap), ``attention_speedup``
-    (the GPU's own attention kernel relative to the profile's ratio to its GEMM rate; 1 unless measured), ``efficiency_measured`` (bool), ``efficiency_source`` and
-    ``efficiency_assumption`` (None when measured). A null price becomes NaN (cost outputs empty)."""
+    (the GPU's own attention kernel relative to the profile's ratio to its GEMM rate; 1 unless
+    measured), ``efficiency_measured`` (bool), ``efficiency_source`` and ``efficiency_assumption`` (None when measured). A null price becomes NaN (cost outputs empty)."""
     text = data_text("gpus.yaml")
     gpus = yaml.safe_load(text)["gpus"]
     ref = _reference_fraction(gpus)

@@ -22,6 +22,10 @@ PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 #: backend) on any GPU, which on Hopper runs without the architecture's wgmma/TMA path.
 ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2, "flash2": 3}
 
+#: Per-GPU columns from a catalog entry's efficiency block (besides the datasheet values):
+#: :func:`cosearch.hardware.catalog` fills them; every per-GPU column set lists them from here.
+EFFICIENCY_COLUMNS = ("matmul_efficiency", "matmul_efficiency_fp8", "legacy_attention_efficiency", "attention_speedup")
+
 #: Scenario fields given as words, and their numeric codes (column name -> {word: code}).
 #: A new categorical knob registers its codes here; scenario and search space pick it up.
 CATEGORICAL_CODES: dict[str, dict[str, int]] = {

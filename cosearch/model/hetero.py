@@ -30,7 +30,7 @@ from . import collectives as coll
 from . import communication as comm
 from . import flops as fl
 from . import memory as mem
-from .columns import INPUT_COLUMNS
+from .columns import EFFICIENCY_COLUMNS, INPUT_COLUMNS
 from .evaluate import BREAKDOWN_KEYS, OPTIMIZER_TRAFFIC_BYTES, evaluate, evaluate_parts
 from .pipeline import bubble_slots
 from .profile import DEFAULT_PROFILE, Profile
@@ -40,10 +40,8 @@ from .training import training_metrics
 
 HETERO_CODES = {"pipeline": 0, "data": 1}
 #: Per-GPU-type columns (catalog values with overrides); everything else is shared by the types.
-HARDWARE_COLUMNS = ("peak_tflops", "matmul_efficiency", "matmul_efficiency_fp8", "legacy_attention_efficiency", "attention_speedup",
-                    "hbm_gib",
-                    "hbm_tbps", "nvlink_gbps", "nvlink_domain", "gpus_per_node", "network_gbps", "power_w",
-                    "price_usd_per_gpu_hour")
+HARDWARE_COLUMNS = ("peak_tflops", *EFFICIENCY_COLUMNS, "hbm_gib", "hbm_tbps", "nvlink_gbps", "nvlink_domain",
+                    "gpus_per_node", "network_gbps", "power_w", "price_usd_per_gpu_hour")
 BY_TYPE = ("gpus_by_type", "memory_gib_by_type", "pp_by_type", "dp_by_type", "layers_by_type", "microbatches_by_type")
 
 
