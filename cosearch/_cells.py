@@ -7,6 +7,7 @@ One reader for the dense (:mod:`cosearch.validation`) and mixture-of-experts
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 
@@ -47,8 +48,122 @@ def _recompute(text: Any, source: str) -> str:
 
 def prefetching_fsdp(sharding: str, framework: str) -> bool:
     """Whether a row's ZeRO-3 implementation prefetches: Megatron-FSDP (Megatron-Core docs: parameter
-    all-gathers and gradient reduce-scatters overlapped with compute, double-buffered) and PyTorch
-    FSDP2 (``fully_shard``: implicit forward/backward prefetch of the next module's all-gather; the
-    FSDP of torchtitan) take ``plan.fsdp_overlap`` 1; DeepSpeed ZeRO-3 (2021) and FSDP1 (llm-foundry,
-    2023) keep the profile's overlap, which was fitted on them. A fact of the stack, not of the row."""
-    return "megatron-fsdp" in sharding or "fsdp2" in sharding or "torchtitan" in framework
+    all-gathers and gradient reduce-scatters overlapped with compute, double-buffered), PyTorch FSDP2
+    (``fully_shard``: implicit forward/backward prefetch of the next module's all-gather; the FSDP of
+    torchtitan) and JAX/XLA sharding (MaxText, Pax: XLA's latency-hiding scheduler runs the collectives
+    of FSDP asynchronously, ``--xla_gpu_enable_latency_hiding_scheduler`` in MaxText's GPU recipes) take
+    ``plan.fsdp_overlap`` 1; DeepSpeed ZeRO-3 (2021) and FSDP1 (llm-foundry, 2023) keep the profile's
+    overlap, which was fitted on them. A fact of the stack, not of the row."""
+    s, f = sharding.lower(), framework.lower()
+    return ("megatron-fsdp" in s or "fsdp2" in s or "fully_shard" in s or "torchtitan" in f
+            or any(k in f for k in ("jax", "maxtext", "xla", "paxml", "pax ")))
+
+
+def zero_stage(sharding: str, megatron_core: bool) -> int:
+    """The ZeRO stage a ``dp_sharding`` cell names: an explicit stage ("ZeRO-1", "zero stage 2"), FSDP
+    (FULL_SHARD, FSDP2 ``fully_shard``, HYBRID_SHARD/HSDP: 3; SHARD_GRAD_OP: 2), Megatron's distributed
+    optimizer (1), plain DDP (0); unstated: Megatron-Core/NeMo's default, the distributed optimizer (1),
+    else 0."""
+    s = sharding.lower()
+    m = re.search(r"zero[\s_-]*(?:stage[\s_-]*)?([0-3])\b", s)
+    if m:
+        return int(m.group(1))
+    if "shard_grad_op" in s:
+        return 2
+    if any(k in s for k in ("fsdp", "full_shard", "fully_shard", "hybrid_shard", "hsdp")):
+        return 3
+    if "distributed optim" in s or "optimizer shard" in s:
+        return 1
+    if "ddp" in s or s.startswith(("none", "no ")):
+        return 0
+    return 1 if megatron_core else 0
+
+
+def hybrid_shard_group(sharding: str) -> int | None:
+    """GPUs per sharding group of hybrid sharding (HSDP / HYBRID_SHARD, "8-GPU shard groups", "shard group
+    of 16"): the parameters are sharded inside the group and replicated across groups; None when the cell
+    names no hybrid sharding or no size (the caller takes one node)."""
+    s = sharding.lower()
+    if not any(k in s for k in ("hybrid", "hsdp")):
+        return None
+    m = re.search(r"(\d+)[\s-]*gpu", s) or re.search(r"group[s]?\s*(?:of|=|:)?\s*(\d+)", s)
+    return int(m.group(1)) if m else None
+
+
+def precision_of(text: Any, gpu: str) -> str:
+    """A ``precision`` cell as the model's fp8 | bf16 | fp16: any fp8 format (fp8, MXFP8, float8, e4m3,
+    "fp8-cs") is fp8; fp4 formats (NVFP4), which the model does not have, are taken as fp8, their
+    nearest modelled precision (the prediction is then on the slow side); fp16 where it is named or on
+    V100 (no bf16 there); else bf16."""
+    t = str(text).lower()
+    if not t.startswith(("no fp8", "bf16 (no fp8")) and any(k in t for k in ("fp8", "float8", "e4m3", "fp4")):
+        return "fp8"
+    if t.startswith("fp16") or gpu.startswith("v100"):
+        return "fp16"
+    return "bf16"
+
+
+def source_year(source: Any) -> int | None:
+    """The newest year a ``source`` cell names (a 4-digit year 2015-2039, or an arXiv id YYMM.NNNNN), or
+    None: dates a run's software era when its source id is not one this module knows."""
+    t = str(source)
+    years = [int(y) for y in re.findall(r"(?<!\d)(20[1-3]\d)(?!\d)", t)]
+    years += [2000 + int(y) for y in re.findall(r"(?<![\d.])([12]\d)[01]\d\.\d{4,5}(?!\d)", t)]
+    return max(years) if years else None
+
+
+def legacy_megatron(source_id: Any, source: Any, framework: str) -> bool:
+    """True for Megatron-LM (or Megatron-DeepSpeed) runs before 2023: unfused attention (FlashAttention
+    entered Megatron-LM in 2023, ``--use-flash-attn``), dropout in GPT recipes. Known sources S1, S4 and
+    S5 (2019-2021); other rows by the framework's name and the source's year."""
+    if str(source_id) in {"S1", "S4", "S5"}:
+        return True
+    f = framework.lower()
+    modern = any(k in f for k in ("megatron-core", "mcore", "nemo", "bridge"))
+    year = source_year(source)
+    return "megatron" in f and not modern and year is not None and year <= 2022
+
+
+#: Catalog ids by the text a ``gpu_type`` cell uses, most specific first ("gb200" before "b200", "h100
+#: pcie" before "h100", "gh200" before "h200").
+_GPU_NAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gb300", ("gb300",)), ("gb200", ("gb200",)), ("b300", ("b300",)), ("b200", ("b200",)),
+    ("h800", ("h800",)), ("gh200", ("gh200",)), ("h200", ("h200",)),
+    ("h100-pcie", ("h100 pcie", "h100-pcie", "h100pcie", "h100 nvl", "h100-nvl")), ("h100-sxm", ("h100",)),
+    ("mi355x", ("mi355", "mi350")), ("mi325x", ("mi325",)), ("mi300x", ("mi300",)),
+    ("l40s", ("l40s",)), ("a10g", ("a10g",)), ("l4", ("nvidia l4", "l4 ", "l4-")), ("t4", ("tesla t4", "t4 ")),
+    ("v100-32gb", ("v100",)), ("a800", ("a800",)), ("a100", ("a100",)),
+)
+
+
+def gpu_id(text: Any) -> tuple[str | None, dict[str, float]]:
+    """Catalog id and the cluster overrides a run's ``gpu_type`` text states (network, DGX-2 size, A800's
+    cut NVLink, GH200's memory), or (None, {}) for a GPU the catalog does not hold (TPU, H20, ...).
+
+    Overrides, each from the part's datasheet: 1600 Gb/s RoCE per 8-GPU node -> 200 Gb/s per GPU; DGX-2
+    -> 16 V100 on NVSwitch; DGX A100 -> 8x 200 Gb/s HDR; A800 = A100 with NVLink cut to 400 GB/s
+    bidirectional (NVIDIA A800 datasheet) -> 200 per direction; GH200 = the H100-class GPU of the Grace
+    Hopper superchip with 96 GB HBM3 at 4.0 TB/s, or 144 GB HBM3e at 4.9 TB/s (NVIDIA GH200 datasheet),
+    four per node on NVLink (the quad-GH200 nodes of CSCS Alps and JUPITER)."""
+    t = " ".join(str(text).lower().replace("_", " ").split()) + " "
+    over: dict[str, float] = {}
+    if "1600 gbps" in t:
+        over["network_gbps"] = 200.0
+    if "dgx-2" in t:
+        over.update(gpus_per_node=16, nvlink_domain=16)
+    gid = next((g for g, names in _GPU_NAMES if any(n in t for n in names)), None)
+    if gid is None:
+        return None, {}
+    if gid == "gh200":
+        big = "144" in t or "hbm3e" in t
+        over.update(hbm_gib=144.0 if big else 96.0, hbm_tbps=4.9 if big else 4.0, gpus_per_node=4, nvlink_domain=4)
+        return "h200", over
+    if gid in ("a100", "a800"):
+        if gid == "a800":
+            over["nvlink_gbps"] = 200.0
+        if "80gb" in t or "80 gb" in t:
+            if "selene" in t or "dgx a100" in t:
+                over["network_gbps"] = 200.0  # DGX A100: 8x 200 Gb/s HDR per node
+            return "a100-80gb", over
+        return "a100-40gb", over
+    return gid, over

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ._cells import _num, _recompute, _stated, prefetching_fsdp  # noqa: F401 - re-exported
+from ._cells import (_num, _recompute, _stated, gpu_id, hybrid_shard_group, legacy_megatron,  # noqa: F401
+                     precision_of, prefetching_fsdp, zero_stage)
 from .errors import CosearchError
+from .hardware import gpu as gpu_spec
 from .model import evaluate
 from .model.columns import INPUT_COLUMNS, broadcast_columns
 from .model.feasibility import check_scalar
@@ -40,27 +42,12 @@ MODERN_PATH = DATA_DIR / "published_runs_modern.csv"
 BRIDGE_DENSE_PATH = DATA_DIR / "published_runs_bridge_dense.csv"
 
 def _gpu_id(text: str) -> tuple[str, dict[str, float]]:
-    """Catalog id and the cluster overrides a run's ``gpu_type`` text states (network, DGX-2 size)."""
-    t = text.lower()
-    over: dict[str, float] = {}
-    if "1600 gbps" in t:
-        over["network_gbps"] = 200.0  # 1600 Gb/s per 8-GPU node
-    if "dgx-2" in t:
-        over.update(gpus_per_node=16, nvlink_domain=16)  # DGX-2: 16 V100 on NVSwitch
-    if "v100" in t:
-        return "v100-32gb", over
-    for gid in ("gb300", "gb200", "b200", "h800"):  # before "h100"/"b200" substrings of longer names
-        if gid in t:
-            return gid, over
-    if "h100" in t:
-        return "h100-sxm", over
-    if "a100" in t and "80gb" in t:
-        if "selene" in t or "dgx a100" in t:
-            over["network_gbps"] = 200.0  # DGX A100: 8x 200 Gb/s HDR per node
-        return "a100-80gb", over
-    if "a100" in t:
-        return "a100-40gb", over
-    raise ValueError(f"unknown gpu_type {text!r}")
+    """Catalog id and the cluster overrides a run's ``gpu_type`` text states (:func:`cosearch._cells.gpu_id`);
+    ValueError naming the text for a GPU outside the catalog."""
+    gid, over = gpu_id(text)
+    if gid is None:
+        raise ValueError(f"unknown gpu_type {text!r}: not in the GPU catalog")
+    return gid, over
 
 
 def measured_step_time_s(row: pd.Series) -> float | None:
@@ -80,16 +67,25 @@ def measured_step_time_s(row: pd.Series) -> float | None:
     return None
 
 
+#: Model families with a gated MLP (SwiGLU/GeGLU: three FFN matrices) and whether they tie the output layer to
+#: the embedding, from their public configs (``hidden_act``/``tie_word_embeddings`` in config.json; Touvron et
+#: al. 2023 and Dubey et al. 2024 for Llama, Parmar et al. 2024 for Nemotron-4's squared-ReLU MLP). Checked in
+#: order, first match wins; unknown names take the GPT-3/MPT/BLOOM default (GeLU MLP, tied).
+_FAMILIES: tuple[tuple[str, bool, bool], ...] = (
+    ("nemotron-4", False, False), ("nemotron", False, False), ("gemma", True, True),
+    ("llama", True, False), ("mistral", True, False), ("mixtral", True, False), ("qwen", True, False),
+    ("deepseek", True, False), ("olmo", True, False), ("internlm", True, False), ("yi-", True, False),
+    ("baichuan", True, False), ("phi-3", True, False), ("granite", True, False), ("dbrx", True, False),
+    ("falcon", False, True), ("bloom", False, True), ("opt-", False, True), ("starcoder", False, True),
+    ("pythia", False, False), ("gpt-neox", False, False),
+)
+
+
 def _architecture(name: str) -> tuple[bool, bool]:
-    """(gated MLP, tied embeddings) of a published model family, from its public configs: Llama 1-3
-    use SwiGLU and an untied output layer (Touvron et al. 2023; Dubey et al. 2024); Nemotron-4 a
-    squared-ReLU MLP and untied embeddings (Parmar et al. 2024); GPT-3/Megatron GPT and MPT tie them."""
+    """(gated MLP, tied embeddings) of a published model family (:data:`_FAMILIES`); GPT-3/Megatron GPT,
+    MPT and unknown names: GeLU MLP, tied."""
     n = name.lower()
-    if "llama" in n:
-        return True, False
-    if "nemotron" in n:
-        return False, False
-    return False, True
+    return next(((g, t) for key, g, t in _FAMILIES if key in n), (False, True))
 
 
 def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
@@ -107,17 +103,21 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     if any(_num(x) is None for x in needed):
         return None
     gpu, overrides = _gpu_id(str(row.gpu_type))
-    era_megatron = row.source_id in {"S1", "S4", "S5"}
     framework = str(row.framework).lower()
-    megatron_core = "nemo" in framework or "megatron-core" in framework
+    era_megatron = row.source_id in {"S1", "S4", "S5"}
+    megatron_core = any(k in framework for k in ("nemo", "megatron-core", "mcore", "megatron-bridge"))
     sharding = str(row.dp_sharding).lower()
-    zero = 3 if ("zero-3" in sharding or "full_shard" in sharding or "fsdp" in sharding) else (1 if megatron_core else 0)
-    precision = "fp8" if str(row.precision).lower().startswith("fp8") else ("fp16" if gpu.startswith("v100") else "bf16")
+    zero = zero_stage(sharding, megatron_core)
+    precision = precision_of(row.precision, gpu)
     gated, tied = _architecture(str(row.model))
-    # unfused attention before 2022; llm-foundry's 2023 runs used the Triton flash-attention kernel (ALiBi)
-    attention = "standard" if era_megatron else ("triton" if "triton" in framework else "flash")
+    # unfused attention in Megatron-LM before 2023; llm-foundry's 2023 runs used the Triton flash-attention kernel (ALiBi)
+    legacy = legacy_megatron(row.source_id, row.get("source"), framework)
+    attention = "standard" if legacy else ("triton" if "triton" in framework else "flash")
     # GPT-3-style recipes (Megatron-LM, NeMo's GPT-3 configs) keep dropout 0.1; Llama, Nemotron and MPT train without
     dropout = era_megatron or "gpt" in str(row.model).lower() and "mpt" not in str(row.model).lower()
+    # hybrid sharding: the stated group, else one node (PyTorch HSDP's usual intra-node shard group)
+    group = (hybrid_shard_group(sharding) or overrides.get("gpus_per_node") or gpu_spec(gpu)["gpus_per_node"]
+             if zero == 3 and any(k in sharding for k in ("hybrid", "hsdp")) else None)
     model = {
         "layers": int(row.n_layers), "hidden": int(row.hidden_size), "heads": int(row.n_heads),
         "kv_heads": int(_num(row.n_kv_heads) or row.n_heads),
@@ -143,11 +143,13 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
             "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
                      "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,
                      "tp_comm_overlap": bool(megatron_core and tp > 1 and gpu.startswith("h100")),
-                     # Megatron-LM before 2022 all-reduced gradients after the backward pass
-                     "overlap_grad_reduce": not (era_megatron and zero == 0),
+                     # Megatron-LM before 2023 all-reduced gradients after the backward pass (overlap_grad_reduce
+                     # came with Megatron-Core's DDP)
+                     "overlap_grad_reduce": not (legacy and zero == 0 and "deepspeed" not in framework),
                      # DeepSpeed's documented default stage3_max_live_parameters (deepspeed.ai config-json)
                      **({"zero3_live_params": 1e9} if "deepspeed" in sharding else {}),
-                     **({"fsdp_overlap": 1.0} if prefetching_fsdp(sharding, framework) else {})},
+                     **({"fsdp_overlap": 1.0} if zero == 3 and prefetching_fsdp(sharding, framework) else {}),
+                     **({"zero_group": group} if group else {})},
         })
     return out
 
@@ -167,33 +169,53 @@ class Candidates:
     columns: dict[str, np.ndarray]
     row_of: np.ndarray          # candidate -> position in ``rows``
     scenarios: list[dict[str, Any]]
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # rows left out: {"row_id", "reason"}
+
+
+def _skip_reason(row: pd.Series) -> str | None:
+    """Why a row cannot be predicted (no measured step time, a GPU outside the catalog, a missing
+    architecture field), or None."""
+    try:
+        if not measured_step_time_s(row):
+            return "no stated step time, throughput or FLOP rate to derive one from"
+        if row_scenarios(row) is None:
+            return "a field the model needs is empty (layers, hidden, heads, vocab, seq_len, batch or GPUs)"
+    except (ValueError, TypeError, KeyError, CosearchError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
 
 
 def build_candidates(df: pd.DataFrame) -> Candidates:
-    """Turn published runs into stacked candidate columns (rows without enough fields are skipped)."""
-    keep_rows, cols_list, row_of, scenarios = [], [], [], []
+    """Turn published runs into stacked candidate columns. A row the model cannot take (no measured
+    time, a GPU outside the catalog, no valid plan) is left out with its reason in ``skipped``,
+    never an exception: one odd row does not stop a validation."""
+    keep_rows, cols_list, row_of, scenarios, skipped = [], [], [], [], []
     for _, row in df.iterrows():
-        measured = measured_step_time_s(row)
-        cands = row_scenarios(row) if measured else None
-        if not cands:
+        reason = _skip_reason(row)
+        if reason:
+            skipped.append({"row_id": row.get("row_id"), "reason": reason})
             continue
         pos = len(keep_rows)
-        added = False
-        for cand in cands:
-            sc = parse_scenario(cand)
-            cols = scenario_columns(sc)
+        added, last_error = False, "no candidate plan is valid"
+        for cand in row_scenarios(row):
             try:
+                cols = scenario_columns(parse_scenario(cand))
                 check_scalar(broadcast_columns(cols))
-            except CosearchError:
-                continue  # e.g. interleave that does not divide the layers
+            except CosearchError as exc:  # e.g. interleave that does not divide the layers
+                last_error = str(exc).splitlines()[0]
+                continue
             cols_list.append(cols)
             row_of.append(pos)
             scenarios.append(cand)
             added = True
         if added:
-            keep_rows.append(dict(row.to_dict(), measured_step_s=measured))
+            keep_rows.append(dict(row.to_dict(), measured_step_s=measured_step_time_s(row)))
+        else:
+            skipped.append({"row_id": row.get("row_id"), "reason": last_error})
+    for s in skipped:
+        log.info("published run %s left out: %s", s["row_id"], s["reason"])
     columns = stack_columns(cols_list)
-    return Candidates(pd.DataFrame(keep_rows), columns, np.array(row_of), scenarios)
+    return Candidates(pd.DataFrame(keep_rows), columns, np.array(row_of), scenarios, skipped)
 
 
 def _choose(cands: Candidates, out: dict[str, np.ndarray]) -> np.ndarray:

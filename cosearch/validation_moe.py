@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import _num, _recompute, _stated, prefetching_fsdp
+from ._cells import _num, _recompute, _stated, gpu_id, precision_of, prefetching_fsdp, zero_stage
 
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
 MOE_PATH = Path(__file__).resolve().parents[1] / "experiments" / "data" / "validation" / "published_runs_moe.csv"
@@ -146,23 +146,27 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     with DualPipe's full computation-communication overlap (arXiv 2412.19437 sec. 3.2.1-3.2.2).
     """
     get = row.get
-    gpu = get("gpu")
-    if not isinstance(gpu, str) or not gpu or _num(get("num_gpus")) is None:
+    gpu, overrides = get("gpu"), {}
+    if not isinstance(gpu, str) or not gpu:  # the catalog id column is ours; other tables name the GPU in gpu_type
+        gpu, overrides = gpu_id(get("gpu_type"))
+    if gpu is None or _num(get("num_gpus")) is None:
         return None
     framework, source = str(get("framework")).lower(), str(get("source_id"))
     megatron_core = "nemo" in framework or "megatron" in framework
-    fp8 = str(get("precision")).lower().startswith("fp8")
+    fp8 = precision_of(get("precision"), gpu) == "fp8"
     tp, pp = _int(get("tp"), 1), _int(get("pp"), 1)
     sharding = str(get("dp_sharding")).lower()
-    zero = 3 if "fsdp" in sharding else 1  # every MoE source shards optimizer states (distributed optimizer / ZeRO-1)
+    zero = zero_stage(sharding, True)  # unstated: every MoE source shards optimizer states (distributed optimizer / ZeRO-1)
     sp = _stated(get("sequence_parallel"))
     routing = str(get("routing")).lower()
     dispatcher, overlap = "alltoall", 0.0
-    if source == "S20":
+    cited = f"{get('source')} {framework}".lower()
+    if source == "S20" or ("megatron-bridge" in cited and "performance" in cited):  # the performance summary's recipes
         dispatcher, overlap = _bridge_dispatch(str(get("model")), gpu, fp8)
-    if "deepep" in framework or "hybridep" in framework or source == "S24":
+    deepseek_own = source == "S24" or "hai-llm" in framework  # DeepSeek-V3's run: DeepEP + DualPipe's overlap
+    if "deepep" in framework or "hybridep" in framework or deepseek_own:
         dispatcher = "deepep"
-    if source == "S24":
+    if deepseek_own:
         overlap = 1.0
     etp = _int(get("etp"))
     if etp is None and source == "S20" and any(m in str(get("model")).lower() for m in BRIDGE_ETP1_MODELS):
@@ -189,7 +193,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     vpps = [_int(get("vpp"))] if _num(get("vpp")) else ([1, 2, 4] if pp > 1 and sched != "dualpipe" else [1])
     stated_rc = get("recompute") if isinstance(get("recompute"), str) and not get("recompute").startswith("none stated") else None
     recomputes = [_recompute(stated_rc, source)] if stated_rc else ["none", "selective", "full"]
-    cluster = {"gpu": gpu, "gpus": _int(get("num_gpus"))}
+    cluster = {"gpu": gpu, "gpus": _int(get("num_gpus")), **overrides}
     model = moe_model_fields(row)
     out = []
     for mb, v, rc in itertools.product(mbs, vpps, recomputes):

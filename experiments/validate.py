@@ -87,7 +87,8 @@ def main() -> int:
     folds = np.random.default_rng(0).integers(5, size=len(cands.rows))
     df["error_5fold"] = np.expm1(cross_validate(cands, folds, PARAMS, start))
     df["error_loso"] = np.expm1(cross_validate(cands, cands.rows["source_id"].to_numpy(), PARAMS, start))
-    df["reason"] = [REASONS.get(int(r), "") for r in df["row_id"]]
+    # the reasons are written for this repository's rows; another table's row ids mean other runs
+    df["reason"] = [REASONS.get(int(r), "") if not args.csv else "" for r in df["row_id"]]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out, index=False)
 
@@ -106,7 +107,10 @@ def main() -> int:
     report["overall"]["kernel_profile_no_fit"] = {
         k: v for k, v in error_stats(np.log1p(validation_table(cands, KERNEL_PROFILE)["error"].to_numpy())).items()}
     report["fits_in_memory"] = {"stated_plan_rows": int(len(df)), "predicted_to_fit": int(df["fits"].sum())}
+    report["left_out"] = cands.skipped
     print()
+    for s in cands.skipped:
+        print(f"left out: row {s['row_id']}: {s['reason']}")
     for regime in labels.columns:
         rows = []
         for value, idx in labels.groupby(regime).groups.items():

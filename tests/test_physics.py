@@ -91,6 +91,22 @@ def test_inflight_layers_1f1b_and_interleaved():
     assert mem.inflight_layers(6, 16, 1, 64, rank=1) == pytest.approx(6 * 15)  # the second rank: one fewer
 
 
+def test_embedding_and_loss_may_take_a_virtual_stage_each():
+    # Megatron-Bridge's Llama 3.1 405B recipe: 126 layers on PP 16 x VP 8 = 128 virtual stages (the embedding
+    # and the loss take one each): 8 layers (one per virtual stage) on the middle ranks, 7 on the first and last
+    from cosearch.errors import CosearchError
+    from cosearch.model.columns import broadcast_columns
+    from cosearch.model.feasibility import check_scalar
+    from cosearch.scenario import parse_scenario, scenario_columns
+    assert [float(x) for x in mem.stage_layers(126, 16, 8)] == [8.0, 7.0, 7.0]
+    sc = {"model": "llama3-405b", "training": {"global_batch": 2048}, "cluster": {"gpu": "gb300", "gpus": 256},
+          "plan": {"tp": 4, "pp": 16, "interleave": 8, "microbatch": 1}}
+    check_scalar(broadcast_columns(scenario_columns(parse_scenario(sc))))                  # 128 = 126 + 2: runs
+    sc["plan"].update(pp=8, interleave=17)                               # 136 > 128: refused in one line
+    with pytest.raises(CosearchError, match=r"pp\*interleave \(8\*17\) must not exceed model.layers \(126\) \+ 2"):
+        check_scalar(broadcast_columns(scenario_columns(parse_scenario(sc))))
+
+
 def test_uneven_pipeline_split_puts_the_short_stages_first_and_last():
     # Llama 3 405B: 126 layers on 16 stages -> 8 layers on 14 ranks, 7 on the first and the last
     # (Dubey et al. 2024, sec. 3.3.2). Even splits are unchanged.

@@ -61,8 +61,12 @@ RULES: tuple[Rule, ...] = (
     Rule("plan.tp", lambda c: _divides(c["tp"], c["kv_heads"]) | _divides(c["kv_heads"], c["tp"]),
          "tp ({tp:.0f}) must divide model.kv_heads ({kv_heads:.0f}) or be a multiple of it"),
     Rule("plan.tp", lambda c: _divides(c["tp"], c["ffn_hidden"]), "tp ({tp:.0f}) must divide model.ffn_hidden ({ffn_hidden:.0f})"),
-    Rule("plan.pp", lambda c: c["pp"] * c["interleave"] <= c["layers"],
-         "pp*interleave ({pp:.0f}*{interleave:.0f}) must not exceed model.layers ({layers:.0f})"),
+    # the embedding and the loss may each take a (virtual) stage of their own: Megatron-LM's
+    # account_for_embedding/loss_in_pipeline_split (Megatron-Bridge's Llama 3.1 405B recipe: 126 layers on
+    # PP 16 x VP 8 = 128 stages; Qwen3-235B-A22B: 94 layers on PP 32 x VP 3); memory.stage_layers splits so
+    Rule("plan.pp", lambda c: c["pp"] * c["interleave"] <= c["layers"] + ops.where(c["pp"] > 1, 2.0, 0.0),
+         "pp*interleave ({pp:.0f}*{interleave:.0f}) must not exceed model.layers ({layers:.0f}) + 2 "
+         "(the embedding's and the loss's stages)"),
     Rule("plan.cp", lambda c: _divides(c["cp"], c["seq_len"]), "cp ({cp:.0f}) must divide model.seq_len ({seq_len:.0f})"),
     Rule("plan.dp", lambda c: (c["dp"] >= 1) & _is_int(c["dp"]) & (c["dp"] * c["tp"] * c["pp"] * c["cp"] == c["gpus"]),
          "gpus ({gpus:.0f}) must equal tp*pp*dp*cp ({tp:.0f}*{pp:.0f}*{dp:g}*{cp:.0f})"),

@@ -1,0 +1,110 @@
+"""The cells of published-run tables a validation reads (cosearch._cells): GPU names, ZeRO stages, precisions,
+software eras; each case written by hand from the text a source uses. And the contract that one row the model
+cannot take is left out with its reason instead of stopping the validation."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from cosearch._cells import gpu_id, hybrid_shard_group, legacy_megatron, precision_of, source_year, zero_stage
+from cosearch.validation import MODERN_PATH, _architecture, build_candidates, row_scenarios, validation_table
+
+
+@pytest.mark.parametrize("text, gid, over", [
+    ("H100-SXM-80GB (DGX H100)", "h100-sxm", {}),
+    ("H100 PCIe 80GB", "h100-pcie", {}),
+    ("H200-SXM-141GB (HGX H200)", "h200", {}),
+    ("H800 (8 per node, NVLink/NVSwitch, InfiniBand)", "h800", {}),
+    ("GB200 (GB200 NVL72)", "gb200", {}),          # not b200
+    ("B200 (DGX B200)", "b200", {}),
+    ("GB300 (DGX-GB300, GB300 NVL72)", "gb300", {}),
+    ("B300 (DGX B300)", "b300", {}),
+    ("AMD Instinct MI300X (8x per node)", "mi300x", {}),
+    ("MI325X", "mi325x", {}),
+    ("AMD MI355X", "mi355x", {}),
+    ("NVIDIA L40S", "l40s", {}),
+    ("A100-SXM4-80GB (DGX A100, Selene)", "a100-80gb", {"network_gbps": 200.0}),
+    ("A100-SXM4-40GB (1600 Gbps RoCE)", "a100-40gb", {"network_gbps": 200.0}),
+    ("A800-SXM4-80GB", "a100-80gb", {"nvlink_gbps": 200.0}),
+    ("V100-SXM3-32GB (DGX-2H)", "v100-32gb", {"gpus_per_node": 16, "nvlink_domain": 16}),
+    ("GH200 Grace Hopper Superchip (96 GB HBM3)", "h200",
+     {"hbm_gib": 96.0, "hbm_tbps": 4.0, "gpus_per_node": 4, "nvlink_domain": 4}),
+    ("TPU v5p", None, {}),
+])
+def test_gpu_names(text, gid, over):
+    assert gpu_id(text) == (gid, over)
+
+
+@pytest.mark.parametrize("text, core, stage", [
+    ("ZeRO-1", False, 1), ("ZeRO stage 2", False, 2), ("zero3", False, 3),
+    ("ZeRO-3 (DeepSpeed), no model parallelism", False, 3), ("FSDP FULL_SHARD", False, 3),
+    ("FSDP2 (fully_shard)", False, 3), ("SHARD_GRAD_OP", False, 2), ("HYBRID_SHARD (8-GPU shard groups)", False, 3),
+    ("distributed optimizer (ZeRO-1)", True, 1), ("Megatron-FSDP (FSDP = 1)", True, 3),
+    ("DDP", True, 0), ("nan", True, 1), ("nan", False, 0),
+])
+def test_zero_stages(text, core, stage):
+    assert zero_stage(text, core) == stage
+
+
+def test_hybrid_shard_groups():
+    assert hybrid_shard_group("HYBRID_SHARD (8-GPU shard groups)") == 8
+    assert hybrid_shard_group("HSDP, shard group of 16") == 16
+    assert hybrid_shard_group("HSDP") is None and hybrid_shard_group("FSDP FULL_SHARD") is None
+
+
+@pytest.mark.parametrize("text, gpu, prec", [
+    ("fp8-mx (MXFP8)", "b200", "fp8"), ("fp8-cs (per-tensor current scaling)", "h100-sxm", "fp8"),
+    ("bf16 with float8 linears (torchao)", "h100-sxm", "fp8"), ("NVFP4", "gb300", "fp8"),
+    ("bf16 (AMP)", "a100-80gb", "bf16"), ("mixed precision (fp16 era)", "v100-32gb", "fp16"),
+    ("fp16", "a100-40gb", "fp16"), ("not stated (bf16 inferred)", "h800", "bf16"),
+])
+def test_precisions(text, gpu, prec):
+    assert precision_of(text, gpu) == prec
+
+
+def test_source_years_and_megatron_eras():
+    assert source_year("Narayanan et al., SC'21 (arXiv 2104.04473)") == 2021
+    assert source_year("Korthikanti et al., Reducing Activation Recomputation (arXiv 2205.05198)") == 2022
+    assert source_year("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md") is None
+    assert legacy_megatron("S1", "", "megatron-lm")  # a known 2021 source
+    assert legacy_megatron("S99", "Korthikanti et al. 2022", "megatron-lm")
+    assert legacy_megatron("S99", "Smith et al., MT-NLG (arXiv 2201.11990)", "megatron-deepspeed")
+    assert not legacy_megatron("S99", "NeMo performance summary 2024", "nemo 24.07 (megatron-core)")
+    assert not legacy_megatron("S99", "", "megatron-lm")  # no year: taken as today's Megatron
+
+
+def test_model_families():
+    assert _architecture("Llama 3.1 405B") == (True, False)
+    assert _architecture("Nemotron-4 340B") == (False, False)
+    assert _architecture("Gemma 2 27B") == (True, True)
+    assert _architecture("Mistral 7B") == (True, False)
+    assert _architecture("BLOOM 176B") == (False, True)
+    assert _architecture("GPT-3 175B") == (False, True)
+
+
+def _modern_row(**changes) -> pd.Series:
+    row = pd.read_csv(MODERN_PATH).iloc[0].copy()
+    for k, v in changes.items():
+        row[k] = v
+    return row
+
+
+def test_stack_facts_of_pytorch_native_and_jax_rows():
+    titan = row_scenarios(_modern_row(framework="torchtitan (PyTorch FSDP2)", dp_sharding="FSDP2"))[0]["plan"]
+    assert titan["zero"] == 3 and titan["fsdp_overlap"] == 1.0
+    jax = row_scenarios(_modern_row(framework="MaxText (JAX/XLA)", dp_sharding="FSDP"))[0]["plan"]
+    assert jax["zero"] == 3 and jax["fsdp_overlap"] == 1.0
+    hsdp = row_scenarios(_modern_row(framework="PyTorch FSDP", dp_sharding="HYBRID_SHARD"))[0]["plan"]
+    assert hsdp["zero"] == 3 and hsdp["zero_group"] == 8  # one DGX H100 node, the catalog's gpus_per_node
+    legacy = row_scenarios(_modern_row(framework="Megatron-LM", source="Korthikanti et al. 2022 (arXiv 2205.05198)",
+                                       source_id="S99"))[0]
+    assert legacy["training"]["attention"] == "standard" and legacy["plan"]["overlap_grad_reduce"] is False
+
+
+def test_one_odd_row_is_left_out_with_its_reason():
+    df = pd.read_csv(MODERN_PATH).head(3).copy()
+    df.loc[1, "gpu_type"] = "TPU v5p"
+    c = build_candidates(df)
+    assert list(c.rows.row_id) == [df.row_id[0], df.row_id[2]]
+    assert c.skipped == [{"row_id": df.row_id[1], "reason": "unknown gpu_type 'TPU v5p': not in the GPU catalog"}]
+    assert len(validation_table(c)) == 2
