@@ -27,6 +27,7 @@ from .model.columns import INPUT_COLUMNS, broadcast_columns
 from .model.feasibility import check_scalar
 from .model.flops import megatron_flops_per_iteration
 from .model.profile import DEFAULT_PROFILE, Profile
+from .presets import MOE_ARCH_FIELDS, preset, presets
 from .scenario import parse_scenario, scenario_columns
 from . import validation_moe
 
@@ -50,9 +51,39 @@ def _gpu_id(text: str) -> tuple[str, dict[str, float]]:
     return gid, over
 
 
+#: CSV columns of a MoE row and the preset fields they take when a table leaves them out.
+_PRESET_CELLS = {"n_layers": "layers", "hidden_size": "hidden", "n_heads": "heads", "n_kv_heads": "kv_heads",
+                 "ffn_hidden_size": "ffn_hidden", "vocab_size": "vocab",
+                 **{k: k for k in MOE_ARCH_FIELDS}}
+
+
+def _alnum(text: Any) -> str:
+    return "".join(ch for ch in str(text).lower() if ch.isalnum())
+
+
+def with_moe_preset(row: pd.Series) -> pd.Series:
+    """A row naming a mixture-of-experts model the presets hold (Mixtral 8x7B, DeepSeek-V3, Qwen3-30B-A3B,
+    GPT-OSS-120B, Llama 4 ...) but no ``experts`` column: its empty architecture cells filled from the
+    preset's public config (cosearch/data/models.yaml), so it is predicted as the MoE model it is and not
+    as a dense one. Rows that state their experts, and dense models, come back unchanged."""
+    if _num(row.get("experts")) is not None:
+        return row
+    name = _alnum(row.get("model"))
+    hits = [pid for pid, arch in presets().items() if (arch.get("experts") or 0) > 0 and _alnum(pid) in name]
+    if not name or not hits:
+        return row
+    arch = preset(max(hits, key=len))
+    out = row.astype(object).copy()
+    for cell, key in _PRESET_CELLS.items():
+        if key in arch and (cell not in out.index or (not isinstance(out[cell], str) and _num(out[cell]) is None)):
+            out[cell] = arch[key]
+    return out
+
+
 def measured_step_time_s(row: pd.Series) -> float | None:
     """Step time from the row: stated iteration time, else batch*seq/tokens_per_s, else S1's
     teraFLOP/s per GPU through eq. 3 of Narayanan et al."""
+    row = with_moe_preset(row)
     if _num(row.get("experts")):  # issue 13: MoE rows (GPU-hours, FLOPs per token; cosearch.validation_moe)
         return validation_moe.measured_step_time(row)[0]
     if _num(row.iteration_time_s):
@@ -97,6 +128,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     ``framework`` are facts of that stack, not per-row constants: Megatron-Core/NeMo recipes use the
     distributed optimizer (ZeRO-1 over data x context parallel ranks), sequence parallelism with
     tensor parallelism, and tensor-parallel communication overlap (userbuffers) on H100."""
+    row = with_moe_preset(row)
     if _num(row.get("experts")):  # issue 13: MoE rows, same contract (cosearch.validation_moe)
         return validation_moe.moe_row_scenarios(row)
     needed = (row.n_layers, row.hidden_size, row.n_heads, row.vocab_size, row.seq_len, row.global_batch_size)
@@ -132,7 +164,9 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     mbs = [int(row.micro_batch_size)] if _num(row.micro_batch_size) else [1, 2, 4, 8]
     vpps = [int(row.vpp)] if _num(row.vpp) else ([1, 2, 3, 4, 6, 8] if pp > 1 else [1])
     stated_rc = row.recompute if isinstance(row.recompute, str) else None
-    recomputes = [_recompute(stated_rc, row.source_id)] if stated_rc or not megatron_core else ["none", "selective", "full"]
+    # unstated recompute is tuned like any unstated knob; Megatron-LM's 2019-2021 examples always checkpointed
+    recomputes = ([_recompute(stated_rc, row.source_id)] if stated_rc or row.source_id in {"S4", "S5"}
+                  else ["none", "selective", "full"])
     out = []
     for mb, v, rc in itertools.product(mbs, vpps, recomputes):
         out.append({
@@ -142,7 +176,10 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
             "cluster": cluster,
             "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
                      "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,
-                     "tp_comm_overlap": bool(megatron_core and tp > 1 and gpu.startswith("h100")),
+                     # torchtitan's async TP (``--parallelism.enable_async_tensor_parallel``) overlaps the same way
+                     "tp_comm_overlap": bool(tp > 1 and ((megatron_core and gpu.startswith("h100"))
+                                                         or "async tp" in framework or "async_tp" in framework
+                                                         or "async-tp" in framework)),
                      # Megatron-LM before 2023 all-reduced gradients after the backward pass (overlap_grad_reduce
                      # came with Megatron-Core's DDP)
                      "overlap_grad_reduce": not (legacy and zero == 0 and "deepspeed" not in framework),

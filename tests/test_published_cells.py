@@ -108,3 +108,22 @@ def test_one_odd_row_is_left_out_with_its_reason():
     assert list(c.rows.row_id) == [df.row_id[0], df.row_id[2]]
     assert c.skipped == [{"row_id": df.row_id[1], "reason": "unknown gpu_type 'TPU v5p': not in the GPU catalog"}]
     assert len(validation_table(c)) == 2
+
+
+def test_moe_model_named_without_expert_columns_takes_its_preset():
+    # a table in the dense columns naming Mixtral 8x7B: 8 experts, top-2, 32 layers (mistralai config.json)
+    blank = dict.fromkeys(("n_layers", "hidden_size", "n_heads", "n_kv_heads", "ffn_hidden_size", "vocab_size"),
+                          float("nan"))
+    m = row_scenarios(_modern_row(model="Mixtral 8x7B (instruct)", **blank))[0]["model"]
+    assert (m["experts"], m["top_k"], m["layers"], m["hidden"], m["kv_heads"], m["vocab"]) == (8, 2, 32, 4096, 8, 32000)
+    # cells the table states win over the preset's
+    assert row_scenarios(_modern_row(model="Mixtral 8x7B", **dict(blank, n_kv_heads=16)))[0]["model"]["kv_heads"] == 16
+    dense = row_scenarios(_modern_row())[0]["model"]
+    assert "experts" not in dense  # a dense Llama row is untouched
+
+
+def test_unstated_recompute_is_tuned_on_every_stack_and_async_tp_overlaps():
+    row = _modern_row(framework="torchtitan (async TP)", recompute=float("nan"), dp_sharding="FSDP2")
+    cands = row_scenarios(row)
+    assert {c["plan"]["recompute"] for c in cands} == {"none", "selective", "full"}
+    assert all(c["plan"]["tp_comm_overlap"] for c in cands) and cands[0]["plan"]["tp"] > 1
