@@ -81,8 +81,9 @@ def with_moe_preset(row: pd.Series) -> pd.Series:
 
 
 def measured_step_time_s(row: pd.Series) -> float | None:
-    """Step time from the row: stated iteration time, else batch*seq/tokens_per_s, else S1's
-    teraFLOP/s per GPU through eq. 3 of Narayanan et al."""
+    """Step time from the row: stated iteration time, else batch*seq/tokens_per_s, else teraFLOP/s per GPU
+    through eq. 3 of Narayanan et al. where the row counts FLOPs that way (S1, or a ``flops_convention``
+    citing F = 96*B*s*l*h^2*(...))."""
     row = with_moe_preset(row)
     if _num(row.get("experts")):  # issue 13: MoE rows (GPU-hours, FLOPs per token; cosearch.validation_moe)
         return validation_moe.measured_step_time(row)[0]
@@ -92,7 +93,8 @@ def measured_step_time_s(row: pd.Series) -> float | None:
         return float(row.global_batch_size * row.seq_len / row.tokens_per_s)
     if _num(row.tokens_per_s_per_gpu) and _num(row.seq_len):
         return float(row.global_batch_size * row.seq_len / (row.tokens_per_s_per_gpu * row.num_gpus))
-    if _num(row.tflops_per_gpu) and row.source_id == "S1":
+    megatron_formula = "96*b*s*l*h" in "".join(str(row.get("flops_convention")).lower().split())
+    if _num(row.tflops_per_gpu) and (row.source_id == "S1" or megatron_formula):
         flops = megatron_flops_per_iteration(row.global_batch_size, row.seq_len, row.n_layers, row.hidden_size, row.vocab_size)
         return float(flops / (row.tflops_per_gpu * 1e12 * row.num_gpus))
     return None

@@ -127,3 +127,15 @@ def test_unstated_recompute_is_tuned_on_every_stack_and_async_tp_overlaps():
     cands = row_scenarios(row)
     assert {c["plan"]["recompute"] for c in cands} == {"none", "selective", "full"}
     assert all(c["plan"]["tp_comm_overlap"] for c in cands) and cands[0]["plan"]["tp"] > 1
+
+
+def test_step_time_from_megatron_flop_rate_of_any_source():
+    # S1 row 1 (1.7B, 32 GPUs, batch 512, 137 TFLOP/s/GPU) read under another source id that cites the formula:
+    # F = 96 B s l h^2 (1 + s/6h + V/16lh) / (TFLOP/s x GPUs), the same step time
+    from cosearch.validation import DEFAULT_PATH, measured_step_time_s
+    s1 = pd.read_csv(DEFAULT_PATH).iloc[0]
+    other = s1.copy()
+    other["source_id"] = "S99"
+    assert measured_step_time_s(other) == pytest.approx(measured_step_time_s(s1))
+    other["flops_convention"] = "model FLOPs as reported"
+    assert measured_step_time_s(other) is None
