@@ -118,10 +118,15 @@ def legacy_megatron(source_id: Any, source: Any, framework: str) -> bool:
     S5 (2019-2021); other rows by the framework's name and the source's year."""
     if str(source_id) in {"S1", "S4", "S5"}:
         return True
-    f = framework.lower()
-    modern = any(k in f for k in ("megatron-core", "mcore", "nemo", "bridge"))
     year = source_year(source)
-    return "megatron" in f and not modern and year is not None and year <= 2022
+    return "megatron" in framework.lower() and not megatron_core_stack(framework) and year is not None and year <= 2022
+
+
+def megatron_core_stack(framework: str) -> bool:
+    """Whether a ``framework`` cell names a Megatron-Core stack (Megatron-Core itself, NeMo, Megatron-Bridge),
+    whose defaults (distributed optimizer, SP with TP, flash attention) the validation applies."""
+    f = framework.lower()
+    return any(k in f for k in ("nemo", "megatron-core", "mcore", "bridge"))
 
 
 #: Catalog ids by the text a ``gpu_type`` cell uses, most specific first ("gb200" before "b200", "h100

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, gpu_id, hybrid_shard_group, legacy_megatron,  # noqa: F401
-                     precision_of, prefetching_fsdp, zero_stage)
+                     megatron_core_stack, precision_of, prefetching_fsdp, zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
 from .model import evaluate
@@ -139,7 +139,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     gpu, overrides = _gpu_id(str(row.gpu_type))
     framework = str(row.framework).lower()
     era_megatron = row.source_id in {"S1", "S4", "S5"}
-    megatron_core = any(k in framework for k in ("nemo", "megatron-core", "mcore", "megatron-bridge"))
+    megatron_core = megatron_core_stack(framework)
     sharding = str(row.dp_sharding).lower()
     zero = zero_stage(sharding, megatron_core)
     precision = precision_of(row.precision, gpu)
@@ -211,17 +211,19 @@ class Candidates:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # rows left out: {"row_id", "reason"}
 
 
-def _skip_reason(row: pd.Series) -> str | None:
-    """Why a row cannot be predicted (no measured step time, a GPU outside the catalog, a missing
-    architecture field), or None."""
+def _read_row(row: pd.Series) -> tuple[float, list[dict[str, Any]]] | str:
+    """(measured step time, candidate scenarios) of a row, or why it cannot be predicted (no measured step
+    time, a GPU outside the catalog, a missing architecture field)."""
     try:
-        if not measured_step_time_s(row):
+        measured = measured_step_time_s(row)
+        if not measured:
             return "no stated step time, throughput or FLOP rate to derive one from"
-        if row_scenarios(row) is None:
+        cands = row_scenarios(row)
+        if cands is None:
             return "a field the model needs is empty (layers, hidden, heads, vocab, seq_len, batch or GPUs)"
     except (ValueError, TypeError, KeyError, CosearchError) as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return None
+    return measured, cands
 
 
 def build_candidates(df: pd.DataFrame) -> Candidates:
@@ -230,13 +232,14 @@ def build_candidates(df: pd.DataFrame) -> Candidates:
     never an exception: one odd row does not stop a validation."""
     keep_rows, cols_list, row_of, scenarios, skipped = [], [], [], [], []
     for _, row in df.iterrows():
-        reason = _skip_reason(row)
-        if reason:
-            skipped.append({"row_id": row.get("row_id"), "reason": reason})
+        read = _read_row(row)
+        if isinstance(read, str):
+            skipped.append({"row_id": row.get("row_id"), "reason": read})
             continue
+        measured, cands = read
         pos = len(keep_rows)
         added, last_error = False, "no candidate plan is valid"
-        for cand in row_scenarios(row):
+        for cand in cands:
             try:
                 cols = scenario_columns(parse_scenario(cand))
                 check_scalar(broadcast_columns(cols))
@@ -248,7 +251,7 @@ def build_candidates(df: pd.DataFrame) -> Candidates:
             scenarios.append(cand)
             added = True
         if added:
-            keep_rows.append(dict(row.to_dict(), measured_step_s=measured_step_time_s(row)))
+            keep_rows.append(dict(row.to_dict(), measured_step_s=measured))
         else:
             skipped.append({"row_id": row.get("row_id"), "reason": last_error})
     for s in skipped:

@@ -161,7 +161,8 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     routing = str(get("routing")).lower()
     dispatcher, overlap = "alltoall", 0.0
     cited = f"{get('source')} {framework}".lower()
-    if source == "S20" or ("megatron-bridge" in cited and "performance" in cited):  # the performance summary's recipes
+    bridge_recipes = source == "S20" or ("megatron-bridge" in cited and "performance" in cited)  # the summary's recipes
+    if bridge_recipes:
         dispatcher, overlap = _bridge_dispatch(str(get("model")), gpu, fp8)
     deepseek_own = source == "S24" or "hai-llm" in framework  # DeepSeek-V3's run: DeepEP + DualPipe's overlap
     if "deepep" in framework or "hybridep" in framework or deepseek_own:
@@ -169,7 +170,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     if deepseek_own:
         overlap = 1.0
     etp = _int(get("etp"))
-    if etp is None and source == "S20" and any(m in str(get("model")).lower() for m in BRIDGE_ETP1_MODELS):
+    if etp is None and bridge_recipes and any(m in str(get("model")).lower() for m in BRIDGE_ETP1_MODELS):
         etp = 1
     plan_fixed: dict[str, Any] = {
         "tp": tp, "pp": pp, "cp": _int(get("cp"), 1), "zero": zero, "ep": _int(get("ep"), 1),
