@@ -129,6 +129,28 @@ def megatron_core_stack(framework: str) -> bool:
     return any(k in f for k in ("nemo", "megatron-core", "mcore", "bridge"))
 
 
+def causal_flops_count(convention: Any, source: Any, framework: Any) -> bool:
+    """Whether a source's model-FLOPs count halves attention for the causal mask: its ``flops_convention``
+    says so, or it is Megatron's counter (Megatron-LM/Core, NeMo, Megatron-Bridge) or MaxText's from 2025 on
+    (Megatron-LM training.py divides the attention FLOPs by 2 since 2025; MaxText PR #1988, July 2025).
+    Earlier counters (Narayanan et al. eq. 3, PaLM's 6N + 12*L*H*Q*T, torchtitan) count all s^2 scores."""
+    conv = str(convention or "").lower()
+    if "non-causal" in conv or "noncausal" in conv:
+        return False
+    if "causal" in conv:
+        return True
+    fw = str(framework or "").lower()
+    years = [y for y in (source_year(source), source_year(framework), container_year(framework)) if y is not None]
+    return bool(years) and max(years) >= 2025 and ("megatron" in fw or megatron_core_stack(fw) or "maxtext" in fw)
+
+
+def container_year(framework: Any) -> int | None:
+    """The year of a NVIDIA container release a ``framework`` cell names (``NeMo 25.09``, ``PyTorch 24.07``:
+    YY.MM), or None."""
+    m = re.search(r"(?:nemo|pytorch|container)\D{0,3}([1-3]\d)\.(0[1-9]|1[0-2]|[x])", str(framework).lower())
+    return 2000 + int(m.group(1)) if m else None
+
+
 #: Catalog ids by the text a ``gpu_type`` cell uses, most specific first ("gb200" before "b200", "h100
 #: pcie" before "h100", "gh200" before "h200").
 _GPU_NAMES: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import (_num, _recompute, _stated, gpu_id, hybrid_shard_group, legacy_megatron,  # noqa: F401
+from ._cells import (_num, _recompute, _stated, causal_flops_count, gpu_id, hybrid_shard_group, legacy_megatron,  # noqa: F401
                      megatron_core_stack, precision_of, prefetching_fsdp, zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
+from .hardware import peak_tflops
 from .model import evaluate
 from .model.columns import INPUT_COLUMNS, broadcast_columns
 from .model.feasibility import check_scalar
@@ -41,6 +42,36 @@ MODERN_PATH = DATA_DIR / "published_runs_modern.csv"
 #: Dense Llama runs of Megatron-Bridge's performance summary (B200, GB200, GB300, H100; fp8): held out,
 #: never used to fit the profile (experiments/validate.py reports them apart).
 BRIDGE_DENSE_PATH = DATA_DIR / "published_runs_bridge_dense.csv"
+
+#: Columns of a published-runs table: published_runs_modern.csv's header and the MoE table's extra cells. A table
+#: that leaves some out (another source's export, a hand-made CSV) reads them as empty cells, so a row states
+#: what it states and no missing column stops a validation.
+PUBLISHED_COLUMNS = (
+    "row_id", "source_id", "source", "source_location", "model", "params_b_as_reported", "n_layers", "hidden_size",
+    "n_heads", "n_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len", "global_batch_size", "micro_batch_size",
+    "grad_accum_steps", "tp", "pp", "dp", "cp", "sequence_parallel", "vpp", "dp_sharding", "recompute", "precision",
+    "framework", "gpu_type", "num_gpus", "iteration_time_s", "tflops_per_gpu", "mfu_pct", "hfu_pct",
+    "pct_of_peak_reported", "tokens_per_s", "tokens_per_s_per_gpu", "aggregate_pflops", "other_metrics",
+    "flops_convention", "confidence", "notes",
+    "head_dim", "gpu", "gpu_hours_per_trillion_tokens", "model_flops_per_token", "experts", "top_k",
+    "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "dense_layers", "dense_ffn_hidden", "attention",
+    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "mtp_layers", "ep", "etp",
+    "capacity_factor", "routing", "schedule",
+)
+
+
+def with_all_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every :data:`PUBLISHED_COLUMNS` column (missing ones empty) and a ``row_id`` on every row
+    (its 1-based position where the table gives none)."""
+    out = df.copy()
+    for col in PUBLISHED_COLUMNS:
+        if col not in out.columns:
+            out[col] = np.nan
+    ids = pd.to_numeric(out["row_id"], errors="coerce")
+    out["row_id"] = ids.where(ids.notna(), pd.Series(np.arange(1, len(out) + 1), index=out.index)).astype(int)
+    out["source_id"] = out["source_id"].astype(object).where(out["source_id"].notna(), "")
+    return out
+
 
 def _gpu_id(text: str) -> tuple[str, dict[str, float]]:
     """Catalog id and the cluster overrides a run's ``gpu_type`` text states (:func:`cosearch._cells.gpu_id`);
@@ -211,19 +242,58 @@ class Candidates:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # rows left out: {"row_id", "reason"}
 
 
-def _read_row(row: pd.Series) -> tuple[float, list[dict[str, Any]]] | str:
-    """(measured step time, candidate scenarios) of a row, or why it cannot be predicted (no measured step
-    time, a GPU outside the catalog, a missing architecture field)."""
+def stated_model_tflops_per_gpu(row: pd.Series, gpu: str, precision: str) -> float | None:
+    """Model TFLOP/s per GPU a row states without a step time or a throughput: ``tflops_per_gpu``, else
+    ``aggregate_pflops`` over the GPUs, else ``mfu_pct`` of the GPU's dense peak at the run's precision (the
+    catalog's, the denominator MFU tables use). A FLOP rate whose ``flops_convention`` counts hardware FLOPs
+    (recompute included, HFU) is not taken: a model-FLOPs count cannot turn it into time."""
+    convention = "".join(str(row.get("flops_convention") or "").lower().split())
+    hardware = any(k in convention for k in ("includesrecompute", "hfu-like", "hardwareflop"))
+    gpus = _num(row.get("num_gpus"))
+    if not hardware and (tflops := _num(row.get("tflops_per_gpu"))) is not None:
+        return tflops
+    if not hardware and (agg := _num(row.get("aggregate_pflops"))) is not None and gpus:
+        return agg * 1e3 / gpus
+    if (mfu := _num(row.get("mfu_pct"))) is not None:  # model FLOPs by definition
+        return mfu / 100.0 * peak_tflops(gpu, precision)
+    return None
+
+
+def _step_from_model_flops(row: pd.Series, cands: list[dict[str, Any]]) -> tuple[float | None, str]:
+    """Step time of a row that states only a FLOP rate (:func:`stated_model_tflops_per_gpu`): the model's own
+    count of model FLOPs per step (Megatron-Core's convention: 6N plus 4*s*h attention per layer and token,
+    logits, no recompute; MoE: active experts) over the stated rate. Differs from a source that counts
+    otherwise (causal halving, embeddings) by up to ~10 % at long context, so it is the last resort."""
+    sc = cands[0]
+    tflops = stated_model_tflops_per_gpu(row, sc["cluster"]["gpu"], sc["training"]["precision"])
+    if not tflops or tflops <= 0:
+        return None, "no stated step time, throughput or FLOP rate to derive one from"
+    cols = scenario_columns(parse_scenario(sc))
+    if causal_flops_count(row.get("flops_convention"), row.get("source"), row.get("framework")):
+        # attention FLOPs grow with s at a fixed token count: half the sequence, twice the batch halves them
+        cols = dict(cols, seq_len=cols["seq_len"] / 2.0, global_batch=cols["global_batch"] * 2.0)
+    out = evaluate(broadcast_columns(cols))
+    gpus = float(sc["cluster"]["gpus"])
+    model_flops = float(np.ravel(out["model_tflops_per_gpu"])[0]) * 1e12 * float(np.ravel(out["step_time_s"])[0]) * gpus
+    return model_flops / (tflops * 1e12 * gpus), "model FLOPs count over the stated FLOP rate"
+
+
+def _read_row(row: pd.Series) -> tuple[float, list[dict[str, Any]], str] | str:
+    """(measured step time, candidate scenarios, what the time came from) of a row, or why it cannot be
+    predicted (no measured step time, a GPU outside the catalog, a missing architecture field)."""
     try:
         measured = measured_step_time_s(row)
-        if not measured:
-            return "no stated step time, throughput or FLOP rate to derive one from"
         cands = row_scenarios(row)
         if cands is None:
             return "a field the model needs is empty (layers, hidden, heads, vocab, seq_len, batch or GPUs)"
+        source = "stated time or throughput"
+        if not measured:
+            measured, source = _step_from_model_flops(row, cands)
+            if not measured:
+                return source
     except (ValueError, TypeError, KeyError, CosearchError) as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return measured, cands
+    return measured, cands, source
 
 
 def build_candidates(df: pd.DataFrame) -> Candidates:
@@ -231,12 +301,12 @@ def build_candidates(df: pd.DataFrame) -> Candidates:
     time, a GPU outside the catalog, no valid plan) is left out with its reason in ``skipped``,
     never an exception: one odd row does not stop a validation."""
     keep_rows, cols_list, row_of, scenarios, skipped = [], [], [], [], []
-    for _, row in df.iterrows():
+    for _, row in with_all_columns(df).iterrows():
         read = _read_row(row)
         if isinstance(read, str):
             skipped.append({"row_id": row.get("row_id"), "reason": read})
             continue
-        measured, cands = read
+        measured, cands, measured_from = read
         pos = len(keep_rows)
         added, last_error = False, "no candidate plan is valid"
         for cand in cands:
@@ -251,7 +321,7 @@ def build_candidates(df: pd.DataFrame) -> Candidates:
             scenarios.append(cand)
             added = True
         if added:
-            keep_rows.append(dict(row.to_dict(), measured_step_s=measured))
+            keep_rows.append(dict(row.to_dict(), measured_step_s=measured, measured_from=measured_from))
         else:
             skipped.append({"row_id": row.get("row_id"), "reason": last_error})
     for s in skipped:
@@ -298,6 +368,6 @@ def validation_table(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> p
             "interleave": sc["plan"]["interleave"], "recompute": sc["plan"]["recompute"], "zero": sc["plan"]["zero"],
             "seq_len": int(row.seq_len), "measured_step_s": row.measured_step_s, "predicted_step_s": pred,
             "error": pred / row.measured_step_s - 1.0, "fits": bool(out["fits"][ci]),
-            "memory_gib": float(out["memory_gib"][ci]),
+            "memory_gib": float(out["memory_gib"][ci]), "measured_from": row.measured_from,
         })
     return pd.DataFrame(recs)

@@ -108,7 +108,9 @@ def main() -> int:
         k: v for k, v in error_stats(np.log1p(validation_table(cands, KERNEL_PROFILE)["error"].to_numpy())).items()}
     report["fits_in_memory"] = {"stated_plan_rows": int(len(df)), "predicted_to_fit": int(df["fits"].sum())}
     report["left_out"] = cands.skipped
+    report["measured_from"] = {str(k): int(v) for k, v in df["measured_from"].value_counts().items()}
     print()
+    print("measured step time from: " + "; ".join(f"{k} ({v} rows)" for k, v in report["measured_from"].items()))
     for s in cands.skipped:
         print(f"left out: row {s['row_id']}: {s['reason']}")
     for regime in labels.columns:

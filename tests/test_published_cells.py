@@ -139,3 +139,57 @@ def test_step_time_from_megatron_flop_rate_of_any_source():
     assert measured_step_time_s(other) == pytest.approx(measured_step_time_s(s1))
     other["flops_convention"] = "model FLOPs as reported"
     assert measured_step_time_s(other) is None
+
+
+def test_a_table_missing_columns_reads_what_it_states():
+    # another source's export: no row_id, no time columns, no MoE columns; every row still predicted
+    df = pd.read_csv(MODERN_PATH).head(4).drop(columns=["row_id", "iteration_time_s", "notes", "other_metrics"])
+    c = build_candidates(df)
+    assert list(c.rows.row_id) == [1, 2, 3, 4] and not c.skipped   # tokens/s/GPU gives the step time
+    assert list(validation_table(c)["measured_from"]) == ["stated time or throughput"] * 4
+
+
+@pytest.mark.parametrize("convention, source, framework, causal", [
+    ("", "", "Megatron-Bridge / Megatron-Core (NeMo 26.02)", True),    # Megatron's counter halves causal attention
+    ("", "", "NeMo 24.07 (Megatron-Core)", False),                     # before 2025 it did not
+    ("", "MaxText README (2025)", "MaxText (JAX)", True),              # MaxText PR #1988, July 2025
+    ("", "torchtitan (2025)", "torchtitan", False),                    # 6N + 12*L*h*s
+    ("6N + attention with causal mask", "", "", True),
+    ("non-causal 12*L*d*s", "", "NeMo 26.02", False),
+])
+def test_causal_flops_counts(convention, source, framework, causal):
+    from cosearch._cells import causal_flops_count
+    assert causal_flops_count(convention, source, framework) is causal
+
+
+@pytest.mark.parametrize("path_name, keep, tolerance", [
+    ("MODERN_PATH", ("tflops_per_gpu",), 0.002),          # NeMo 24.07 / DGX Cloud: Model TFLOP/sec/GPU
+    ("MODERN_PATH", ("mfu_pct",), 0.002),                 # MFU against 989 (bf16) / 1979 (fp8) TFLOP/s
+    ("BRIDGE_DENSE_PATH", ("tflops_per_gpu",), 0.002),    # Bridge 25.09-26.02: causal count
+    ("DEFAULT_PATH", ("mfu_pct",), 0.012),                # MosaicML: 6N + 12*L*d*s
+])
+def test_step_time_from_a_stated_flop_rate_alone(path_name, keep, tolerance):
+    # A row that states only a FLOP rate or MFU: the model's own model-FLOPs count over that rate gives the same
+    # step time as the source's own tokens/s (an independent stated quantity), within the rounding of the tables.
+    import numpy as np
+    import cosearch.validation as v
+    df = pd.read_csv(getattr(v, path_name))
+    df = df[df.source_id != "S1"] if path_name == "DEFAULT_PATH" else df
+    df = df[df[keep[0]].notna() & (df.tokens_per_s.notna() | df.tokens_per_s_per_gpu.notna())]
+    rate_cols = {"tflops_per_gpu", "mfu_pct", "aggregate_pflops"} - set(keep)
+    stated = validation_table(build_candidates(df))
+    only_rate = build_candidates(df.drop(columns=["iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                                                  *rate_cols]))
+    derived = validation_table(only_rate)
+    assert len(derived) == len(stated) >= 10 and not only_rate.skipped
+    assert set(derived.measured_from) == {"model FLOPs count over the stated FLOP rate"}
+    ratio = derived.measured_step_s.to_numpy() / stated.measured_step_s.to_numpy()
+    assert np.all(np.abs(ratio - 1.0) < tolerance)
+
+
+def test_a_hardware_flop_rate_is_not_taken_for_model_flops():
+    row = _modern_row(iteration_time_s=float("nan"), tokens_per_s=float("nan"), tokens_per_s_per_gpu=float("nan"),
+                      mfu_pct=float("nan"), tflops_per_gpu=150.0,
+                      flops_convention="teraFLOP/s per GPU, INCLUDES recompute forward (HFU-like)")
+    c = build_candidates(pd.DataFrame([row]))
+    assert c.skipped[0]["reason"] == "no stated step time, throughput or FLOP rate to derive one from"
