@@ -68,6 +68,15 @@ def regimes(df: pd.DataFrame) -> pd.DataFrame:
     }, index=df.index)
 
 
+def _json_safe(obj):
+    """``obj`` with NaN floats as None, so the report is strict JSON."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return None if isinstance(obj, float) and obj != obj else obj
+
+
 def stats_of(err: pd.Series) -> dict[str, float]:
     e = err.abs()
     return {"rows": int(len(e)), "median": float(e.median()), "p90": float(e.quantile(0.9)), "worst": float(e.max()),
@@ -108,6 +117,9 @@ def main() -> int:
         k: v for k, v in error_stats(np.log1p(validation_table(cands, KERNEL_PROFILE)["error"].to_numpy())).items()}
     report["fits_in_memory"] = {"stated_plan_rows": int(len(df)), "predicted_to_fit": int(df["fits"].sum())}
     report["left_out"] = cands.skipped
+    if cands.rows["source_id"].nunique() < 2:
+        report["overall"]["leave_one_source_out"]["note"] = "needs rows of two or more sources (one source: nothing to hold out)"
+        print("leave-one-source-out: needs rows of two or more sources; this table has one, so those columns are empty")
     report["measured_from"] = {str(k): int(v) for k, v in df["measured_from"].value_counts().items()}
     print()
     print("measured step time from: " + "; ".join(f"{k} ({v} rows)" for k, v in report["measured_from"].items()))
@@ -131,7 +143,7 @@ def main() -> int:
                              "error_loso", "reason"]].to_dict(orient="records")
     print(worst[["row_id", "source_id", "model", "gpus", "measured_step_s", "predicted_step_s", "error", "reason"]]
           .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    (Path(args.out).parent / "validation.json").write_text(json.dumps(report, indent=2))
+    (Path(args.out).parent / "validation.json").write_text(json.dumps(_json_safe(report), indent=2))
     print()
     print(json.dumps(report["overall"]))
     if not args.csv:
