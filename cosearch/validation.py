@@ -111,6 +111,11 @@ def with_moe_preset(row: pd.Series) -> pd.Series:
     return out
 
 
+def _convention(row: pd.Series) -> str:
+    """A row's ``flops_convention`` lower-cased without whitespace, for matching formulas and phrases."""
+    return "".join(str(row.get("flops_convention") or "").lower().split())
+
+
 def measured_step_time_s(row: pd.Series) -> float | None:
     """Step time from the row: stated iteration time, else batch*seq/tokens_per_s, else teraFLOP/s per GPU
     through eq. 3 of Narayanan et al. where the row counts FLOPs that way (S1, or a ``flops_convention``
@@ -124,7 +129,7 @@ def measured_step_time_s(row: pd.Series) -> float | None:
         return float(row.global_batch_size * row.seq_len / row.tokens_per_s)
     if _num(row.tokens_per_s_per_gpu) and _num(row.seq_len):
         return float(row.global_batch_size * row.seq_len / (row.tokens_per_s_per_gpu * row.num_gpus))
-    megatron_formula = "96*b*s*l*h" in "".join(str(row.get("flops_convention")).lower().split())
+    megatron_formula = "96*b*s*l*h" in _convention(row)
     if _num(row.tflops_per_gpu) and (row.source_id == "S1" or megatron_formula):
         flops = megatron_flops_per_iteration(row.global_batch_size, row.seq_len, row.n_layers, row.hidden_size, row.vocab_size)
         return float(flops / (row.tflops_per_gpu * 1e12 * row.num_gpus))
@@ -247,7 +252,7 @@ def stated_model_tflops_per_gpu(row: pd.Series, gpu: str, precision: str) -> flo
     ``aggregate_pflops`` over the GPUs, else ``mfu_pct`` of the GPU's dense peak at the run's precision (the
     catalog's, the denominator MFU tables use). A FLOP rate whose ``flops_convention`` counts hardware FLOPs
     (recompute included, HFU) is not taken: a model-FLOPs count cannot turn it into time."""
-    convention = "".join(str(row.get("flops_convention") or "").lower().split())
+    convention = _convention(row)
     hardware = any(k in convention for k in ("includesrecompute", "hfu-like", "hardwareflop"))
     gpus = _num(row.get("num_gpus"))
     if not hardware and (tflops := _num(row.get("tflops_per_gpu"))) is not None:

@@ -136,7 +136,7 @@ def moe_model_fields(row: Mapping) -> dict[str, Any]:
 
 def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     """Candidate scenarios of one published MoE run, or None when it lacks a field the model needs (a GPU
-    outside the catalog, e.g. B300; no GPU count).
+    outside the catalog, e.g. a TPU; no GPU count).
 
     Stated fields are used as stated; unstated micro-batch, interleaving and recompute are tuned as for the
     dense rows (:func:`cosearch.validation.row_scenarios`). Facts of the named stack: Megatron-Core/NeMo

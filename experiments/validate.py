@@ -180,7 +180,7 @@ def held_out_report(profile, outdir: Path) -> None:
     for name, col in (("gpu", df["gpu"]), ("plan", np.where(df["zero"] >= 3, "FSDP", "3-D"))):
         report[name] = {str(k): stats_of(sub["error"]) for k, sub in df.groupby(col)}
     print(json.dumps(report))
-    (outdir / "validation_bridge.json").write_text(json.dumps(report, indent=2))
+    (outdir / "validation_bridge.json").write_text(json.dumps(_json_safe(report), indent=2))
 
 
 #: What the model misses on the MoE rows it predicts worst (analysis of the breakdowns, by row id).
@@ -247,7 +247,7 @@ def moe_report(dense: "object", profile, out_dir: Path) -> dict:
           .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     report["fits_in_memory"] = {"stated_plan_rows": int(len(df)), "predicted_to_fit": int(df["fits"].sum()),
                                 "not_fitting": df.loc[~df["fits"], "row_id"].astype(int).tolist()}
-    (out_dir / "validation_moe.json").write_text(json.dumps(report, indent=2))
+    (out_dir / "validation_moe.json").write_text(json.dumps(_json_safe(report), indent=2))
     print(json.dumps(report["overall"]))
     return report
 
