@@ -100,6 +100,7 @@ def sweep(space: Any, *, limit: int = SWEEP_LIMIT, profile: Any = None):
     from .model.profile import DEFAULT_PROFILE
 
     sp = _space(space)
+    sp.require_knobs("sweep")
     sp._require_finite("sweep")
     n = int(sp.size)
     if n > limit:

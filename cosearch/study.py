@@ -84,6 +84,7 @@ def run_study(
     sweep of :mod:`cosearch.distributed`).
     """
     space = _as_space(space)
+    space.require_knobs("search")
     method = resolve_method(sampler, space)
     if not isinstance(n_trials, (int, np.integer)) or isinstance(n_trials, bool) or n_trials < 1:
         if method != "exhaustive":

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from cosearch.cli import main
+from tests.conftest import run_cli
 from cosearch.errors import CosearchError
 from cosearch.search import _limits
 from cosearch.search.space import parse_space
@@ -169,3 +170,13 @@ def test_cli_refuses_bad_timeout_and_exhaustive_beyond_it(tmp_path, capsys):
     rc = main(["run", str(p), "--study", "t", "--timeout", "5", "--trials", "20", "--storage", j])
     out = capsys.readouterr().out
     assert rc in (0, 1) and "method tpe" in out.splitlines()[0]
+
+
+def test_a_space_of_one_configuration_is_refused_in_one_line(capsys, tmp_path):
+    """No knob to search: a one-line answer naming the space and exit code 2, not a traceback."""
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump({"model": "llama3-8b", "training": {"global_batch": 512, "tokens": 1.0e11},
+                                    "cluster": {"gpu": "h100-sxm", "gpus": 64}, "plan": {"tp": 1, "microbatch": 1},
+                                    "objectives": ["time_to_train_days"]}))
+    rc, _, err = run_cli(capsys, "run", str(path), "--study", "one", "--storage", str(tmp_path / "s.db"))
+    assert rc == 2 and "space" in err and "single configuration" in err and "Traceback" not in err

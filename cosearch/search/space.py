@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..cloud import apply_cloud, load_catalog
-from ..errors import CosearchError  # noqa: F401 - re-exported
+from ..errors import CosearchError
 from ..model import evaluate as model_evaluate
 from ..model.profile import DEFAULT_PROFILE, Profile
 from ..scenario import HARDWARE_OVERRIDES, parse_scenario, read_yaml  # noqa: F401 - re-exported
@@ -199,6 +199,13 @@ class SearchSpace:
 
     def _require_finite(self, what: str) -> None:
         _enumerate._require_finite(self, what)
+
+    def require_knobs(self, what: str) -> None:
+        """One-line refusal of a space with nothing to search (its studies and sweeps index rows by knob)."""
+        if not self.dims:
+            raise CosearchError("space", f"has a single configuration (no field lists two or more values that can "
+                                f"run), nothing to {what}; estimate it with `cosearch estimate`, or give a list "
+                                "of values for a knob")
 
     # ----------------------------------------------------------------------------- scenarios
     def scenario(self, values: Mapping[str, Any]) -> dict[str, Any]:
