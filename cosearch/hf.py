@@ -21,6 +21,10 @@ Mapped architectures (``model_type``; key names as in transformers 4.4x-4.55 ``c
   approximations in :mod:`cosearch.hf_moe`).
 * ``head_dim`` (any family): mapped where heads x head_dim differs from ``hidden_size`` (Gemma-7B,
   Qwen3-MoE, gpt-oss); the model carries an attention width of its own since issue 13.
+* Sliding windows (:func:`window_fields`): ``sliding_window`` with ``layer_types`` (gpt-oss, newer
+  configs: one of ``sliding_attention`` / ``full_attention`` per layer), Gemma 2's alternating layers,
+  Mistral's window on every layer (null: none). Qwen2/Qwen3's ``use_sliding_window`` (false in their
+  released configs) is not mapped.
 
 Refused with a one-line :class:`~cosearch.errors.CosearchError` naming the key: other
 mixture-of-experts families (DBRX, Jamba, OLMoE, Phi-MoE, Granite-MoE: experts under other keys or
@@ -35,7 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import CosearchError
-from .hf_moe import MAPPED as MOE_MAPPED, moe_fields
+from .hf_moe import MAPPED as MOE_MAPPED, moe_fields, text_config
 
 FIELD = "model.hf_config"
 #: Largest config.json read (real ones are a few KiB).
@@ -92,11 +96,42 @@ def _flag(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
     return v
 
 
+def window_fields(cfg: Mapping[str, Any], mtype: str, layers: int) -> dict[str, Any]:
+    """``sliding_window`` and ``global_attention_every`` of a config (empty without windows). A
+    ``layer_types`` list with full-attention layers at other positions than every N-th is read as
+    every round(L / full layers)-th: the same share of windowed layers (the model keeps no per-layer list)."""
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        if not all(t in ("sliding_attention", "full_attention") for t in types):
+            return {}  # other layer kinds (linear attention, chunked): not a windowed model the model knows
+        sliding = sum(t == "sliding_attention" for t in types)
+        if sliding == 0 or window is None:
+            return {}
+        full = len(types) - sliding
+        out = {"sliding_window": _count(cfg, "sliding_window")}
+        if full:
+            out["global_attention_every"] = max(1, round(layers / full))
+        return out
+    if window is None:
+        return {}
+    if mtype == "gemma2":  # Gemma2DecoderLayer: layer i is sliding iff i is even, so every 2nd (1-based) is global
+        return {"sliding_window": _count(cfg, "sliding_window"), "global_attention_every": 2}
+    if mtype == "mistral":
+        return {"sliding_window": _count(cfg, "sliding_window")}
+    return {}
+
+
 def model_fields(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The scenario's model fields (layers, hidden, heads, ...) of a parsed ``config.json``."""
     mtype = cfg.get("model_type")
     if not isinstance(mtype, str) or not mtype:
         raise CosearchError(FIELD, "config.json has no 'model_type'; cannot tell the architecture")
+    out = _architecture_fields(cfg, mtype)
+    return {**out, **window_fields(text_config(cfg), mtype, out["layers"])}
+
+
+def _architecture_fields(cfg: Mapping[str, Any], mtype: str) -> dict[str, Any]:
     if mtype in MOE_MAPPED:  # issue 15: mixture of experts / MLA (cosearch.hf_moe)
         return moe_fields(cfg, mtype, _count, _flag)
     for key in MOE_KEYS:

@@ -16,11 +16,11 @@ Key names and layer rules as in transformers 4.55 (``configuration_*.py`` / ``mo
   ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``. Group-limited routing
   (``n_group`` > 1, ``topk_group`` < ``n_group``; DeepSeek-V3: 8 groups, 4 per token, one group per
   node in DeepSeek's deployment, arXiv 2412.19437 sec. 2.1.2) maps to ``routed_nodes_limit`` =
-  ``topk_group``. The multi-token-prediction module (``num_nextn_predict_layers``) is not modelled, as
-  in the deepseek-v3 preset (its 671B leaves it out).
+  ``topk_group``. ``num_nextn_predict_layers`` (DeepSeek-V3: 1) maps to ``mtp_layers``, the
+  multi-token-prediction modules DeepSeek-V3 trained with (as the deepseek-v3 preset; its 671B
+  parameters leave them out, as the paper's count does).
 * ``gpt_oss``: ``num_local_experts``, ``num_experts_per_tok``, ``intermediate_size``, ``head_dim``;
-  the alternating 128-token sliding-window layers (``layer_types``, ``sliding_window``) and attention
-  sinks are modelled as full attention, as the gpt-oss presets do.
+  its sliding-window layers are read by :func:`cosearch.hf.window_fields`; attention sinks are not modelled.
 * ``llama4`` (its ``text_config``) / ``llama4_text``: ``num_local_experts``, ``num_experts_per_tok``,
   ``intermediate_size`` (expert and the one shared expert), ``intermediate_size_mlp`` (dense layers),
   ``moe_layers`` (default every ``interleave_moe_layer_step``-th layer, ``Llama4TextConfig``);
@@ -148,4 +148,7 @@ def moe_fields(cfg: Mapping[str, Any], mtype: str, count: Count, flag: Callable[
         groups, per_token = cfg.get("n_group"), cfg.get("topk_group")
         if isinstance(groups, int) and groups > 1 and isinstance(per_token, int) and 0 < per_token < groups:
             out["routed_nodes_limit"] = per_token
+        mtp = cfg.get("num_nextn_predict_layers")
+        if mtp:
+            out["mtp_layers"] = count(cfg, "num_nextn_predict_layers")
     return out

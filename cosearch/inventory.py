@@ -63,6 +63,9 @@ def _first_error(sc: Scenario, args: dict[str, Any]) -> CosearchError:
     if mixed and (sc.model.experts or sc.model.attention == "mla" or sc.model.head_dim is not None):  # issue 13
         return CosearchError("model.experts" if sc.model.experts else "model.attention",
                              "mixture-of-experts / MLA / head_dim models across GPU types are not modelled (one GPU type)")
+    if mixed and (sc.model.mtp_layers or sc.model.sliding_window is not None):
+        return CosearchError("model.mtp_layers" if sc.model.mtp_layers else "model.sliding_window",
+                             "multi-token prediction / sliding windows across GPU types are not modelled (one GPU type)")
     if mixed and (pl.burst or pl.multiplex):
         return CosearchError("plan.burst" if pl.burst else "plan.multiplex",
                              "DeepPool burst/multiplexing across GPU types is not modelled (allowed: false)")

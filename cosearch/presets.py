@@ -10,11 +10,13 @@ from .errors import CosearchError
 from .data import data_text
 
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "gated_mlp", "vocab", "seq_len", "tied_embeddings")
-#: Mixture-of-experts / MLA fields (issue 13; ``cosearch.model.moe``), scenario names. ``attention``
+#: Optional architecture fields, scenario names: mixture of experts / MLA (issue 13; ``cosearch.model.moe``),
+#: multi-token prediction (``mtp_layers``) and sliding-window attention (``cosearch.model.window``). ``attention``
 #: (mha | gqa | mla) becomes the 0/1 column ``mla``; the others are columns of the same name.
 MOE_ARCH_FIELDS = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "dense_layers",
                    "dense_ffn_hidden", "attention", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                   "qk_nope_head_dim", "v_head_dim", "head_dim", "routed_nodes_limit")
+                   "qk_nope_head_dim", "v_head_dim", "head_dim", "routed_nodes_limit",
+                   "mtp_layers", "sliding_window", "global_attention_every")
 
 
 @lru_cache(maxsize=1)
@@ -32,8 +34,9 @@ def preset(name: str) -> dict[str, Any]:
 
 
 def moe_columns(arch: Any) -> dict[str, float]:
-    """The MoE/MLA model columns of a model mapping (a preset or scenario fields); absent or null
-    fields are left out (the column defaults describe a dense model)."""
+    """The optional model columns (:data:`MOE_ARCH_FIELDS`) of a model mapping (a preset or scenario
+    fields); absent or null fields are left out (the column defaults describe a dense model with full
+    attention and no multi-token prediction)."""
     out: dict[str, float] = {}
     for key in MOE_ARCH_FIELDS:
         value = arch.get(key)

@@ -62,6 +62,13 @@ class ModelSpec(_Strict):
     head_dim: Optional[Int] = Field(None, gt=0, le=1 << 16, description="attention head width; default hidden / heads")
     routed_nodes_limit: Optional[Int] = Field(None, gt=0, le=1 << 20, description="most nodes a token is routed to "
                                               "(DeepSeek-V3 node-limited routing: 4); takes effect with plan.moe_dispatcher: deepep")
+    # --- multi-token prediction and sliding-window attention (cosearch.model.flops, cosearch.model.window) ---
+    mtp_layers: Optional[Int] = Field(None, ge=0, le=64, description="multi-token-prediction modules (DeepSeek-V3: 1), "
+                                      "each one layer of the model's kind plus a pass through the output head")
+    sliding_window: Optional[Int] = Field(None, gt=0, le=10**8, description="keys a query attends to in a windowed "
+                                          "layer, itself included (GPT-OSS: 128; Mistral 7B v0.1: 4096); default full attention")
+    global_attention_every: Optional[Int] = Field(None, ge=1, le=100_000, description="with sliding_window: every N-th "
+                                                  "layer keeps full attention (GPT-OSS: 2, Gemma 3: 6); default every layer windowed")
 
     @model_validator(mode="after")
     def _defaults(self) -> "ModelSpec":
@@ -284,6 +291,8 @@ def _check_moe(m: ModelSpec) -> None:
             raise CosearchError("model.top_k", f"a MoE model needs 1 <= top_k <= experts ({m.experts}) (got {m.top_k})")
         if m.dense_layers >= m.layers:
             raise CosearchError("model.dense_layers", f"must be below model.layers ({m.layers}) (got {m.dense_layers})")
+    if m.global_attention_every is not None and m.sliding_window is None:
+        raise CosearchError("model.global_attention_every", "needs model.sliding_window (the window of the other layers)")
     mla_keys = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
     if m.attention == "mla":
         for key in mla_keys[1:]:
@@ -339,7 +348,7 @@ def scenario_columns(sc: Scenario) -> dict[str, float]:
     """
     m, cl, pl = sc.model, sc.cluster, sc.plan
     cols: dict[str, float] = {k: getattr(m, k) for k in ARCH_FIELDS}
-    cols.update(moe_columns(m.__dict__))  # issue 13: MoE / MLA columns (absent: dense)
+    cols.update(moe_columns(m.__dict__))  # MoE / MLA / MTP / window columns (absent: dense, full attention)
     for section in (sc.training, pl, cl):
         for key, value in section.__dict__.items():  # the fields: these sections hold only plain values
             if key not in INPUT_COLUMNS or value is None:

@@ -90,6 +90,10 @@ def load_moe_runs(path: str | Path = MOE_PATH) -> pd.DataFrame:
 #: HybridEP (like DeepEP) sends a token once per destination node and forwards it over NVLink there, which is
 #: what ``plan.moe_dispatcher: deepep`` models.
 BRIDGE_ETP1_MODELS = ("deepseek-v3", "qwen3")
+#: GPT-OSS attention (openai/gpt-oss-120b and -20b config.json: ``sliding_window: 128``, ``layer_types``
+#: alternating sliding_attention / full_attention; Megatron-Bridge: ``window_size (127, 0)``,
+#: ``window_attn_skip_freq 2``): every other layer attends to its 128 most recent tokens.
+GPT_OSS_WINDOW = 128
 NVL72 = ("gb200", "gb300")
 
 
@@ -123,9 +127,11 @@ def moe_model_fields(row: Mapping) -> dict[str, Any]:
         "dense_layers": _int(get("dense_layers"), 0), "attention": "mla" if mla else "gqa",
     }
     model["ffn_hidden"] = _int(get("ffn_hidden_size")) or _int(get("dense_ffn_hidden")) or model["expert_ffn_hidden"]
-    for key in ("shared_ffn_hidden", "dense_ffn_hidden", "head_dim"):
+    for key in ("shared_ffn_hidden", "dense_ffn_hidden", "head_dim", "mtp_layers"):
         if _num(get(key)) is not None:
             model[key] = _int(get(key))
+    if "gpt-oss" in str(get("model")).lower():  # openai/gpt-oss config.json: sliding_window 128, layer_types alternating
+        model.update(sliding_window=GPT_OSS_WINDOW, global_attention_every=2)
     if mla:
         model.update({k: _int(get(k)) for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                                                  "v_head_dim")})

@@ -67,11 +67,16 @@ def test_deepseek_v3_parameters_by_hand():
     assert out["active_params"] == pytest.approx(active, rel=1e-12)  # 37.55e9 (published 37B)
     # model FLOPs per token (MFU numerator): 3 x (2 x active weights less the input-embedding lookup
     # + scores and values 2*s*heads*(d_qk + d_v) per layer = 2*4096*128*(192+128) = 335,544,320, x 61)
-    per_token = 3 * (2 * (active - emb // 2) + 61 * 2 * 4096 * 128 * (192 + 128))
+    # + the preset's one MTP module (num_nextn_predict_layers 1): one more MoE layer, its [h; h] -> h
+    # projection 2*7168*7168 weights and a second pass through the 129280 x 7168 output head
+    core = 2 * 4096 * 128 * (192 + 128)
+    mtp_head = 2 * (2 * 7168 * 7168) + 2 * 7168 * 129280 + core
+    per_token = 3 * (2 * (active - emb // 2) + 61 * core + 2 * (mla + router + 9 * expert) + mtp_head)
     flops = out["model_tflops_per_gpu"] * 1e12 * out["step_time_s"] * out["gpus"]
-    assert flops / (64 * 4096) == pytest.approx(per_token, rel=1e-12)   # 2.80e11 FLOPs per token
+    assert flops / (64 * 4096) == pytest.approx(per_token, rel=1e-12)   # 2.92e11 FLOPs per token (2.80e11 without MTP)
     total_flops = out["total_param_tflops_per_gpu"] * 1e12 * out["step_time_s"] * out["gpus"]
-    assert total_flops / (64 * 4096) == pytest.approx(3 * (2 * (total - emb // 2) + 61 * 2 * 4096 * 128 * 320), rel=1e-12)
+    assert total_flops / (64 * 4096) == pytest.approx(
+        3 * (2 * (total - emb // 2) + 61 * core + 2 * (mla + router + 257 * expert) + mtp_head), rel=1e-12)
 
 
 def test_dense_model_with_moe_columns_is_unchanged():

@@ -24,10 +24,11 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
         raise refuse("plan.zero3_live_params", f"a cap on live gathered parameters is DeepSpeed's "
                      f"(stage3_max_live_parameters); {framework} gathers whole wrapped layers")
     if framework != "Megatron-LM":  # issue 13: MoE / MLA / head_dim flags are mapped for Megatron-LM only
-        for key, on in (("experts", m.experts > 0), ("attention", m.attention == "mla"), ("head_dim", m.head_dim is not None)):
+        for key, on in (("experts", m.experts > 0), ("attention", m.attention == "mla"), ("head_dim", m.head_dim is not None),
+                        ("mtp_layers", bool(m.mtp_layers)), ("sliding_window", m.sliding_window is not None)):
             if on:
-                raise refuse(f"model.{key}", f"mixture-of-experts / MLA / head_dim export is mapped for megatron only, "
-                             f"not {framework}; use --format megatron")
+                raise refuse(f"model.{key}", f"mixture-of-experts / MLA / head_dim / MTP / sliding-window export is "
+                             f"mapped for megatron only, not {framework}; use --format megatron")
     model_par = pl.tp * pl.pp * pl.cp
     if cl.gpus % model_par:
         raise refuse("plan", f"tp*pp*cp = {model_par} does not divide cluster.gpus = {cl.gpus}; {framework} "

@@ -42,6 +42,9 @@ model.dense_layers             ``--moe-layer-freq "([0]*d+[1]*(layers-d))"``
 model.attention mla            ``--multi-latent-attention --q-lora-rank --kv-lora-rank
                                --qk-head-dim --qk-pos-emb-head-dim --v-head-dim``
 model.head_dim                 ``--kv-channels``
+model.mtp_layers               ``--mtp-num-layers``
+model.sliding_window           ``--window-size "w-1,0"`` (``--window-attn-skip-freq``
+                               = model.global_attention_every)
 plan.ep / etp                  ``--expert-model-parallel-size`` ``--expert-tensor-parallel-size``
 plan.capacity_factor           ``--moe-expert-capacity-factor`` (none: dropless, no flag)
 =============================  ===========================================================
@@ -125,11 +128,17 @@ def flags(sc: Scenario) -> list[str]:
 
 
 def _moe_flags(sc: Scenario) -> list[Any]:
-    """MoE / MLA flags (issue 13); empty for a dense model with the default attention."""
+    """MoE / MLA / MTP / sliding-window flags (issue 13); empty for a dense model with full attention."""
     m, pl = sc.model, sc.plan
     out: list[Any] = []
     if m.head_dim is not None:
         out += ["--kv-channels", m.head_dim]
+    if m.mtp_layers:
+        out += ["--mtp-num-layers", m.mtp_layers]
+    if m.sliding_window is not None:  # Megatron's window counts the keys before the query: w - 1
+        out += ["--window-size", f"{m.sliding_window - 1},0"]
+        if m.global_attention_every is not None:
+            out += ["--window-attn-skip-freq", m.global_attention_every]
     if m.attention == "mla":
         out += ["--multi-latent-attention", "--q-lora-rank", m.q_lora_rank or 0, "--kv-lora-rank", m.kv_lora_rank,
                 "--qk-head-dim", m.qk_nope_head_dim, "--qk-pos-emb-head-dim", m.qk_rope_head_dim,

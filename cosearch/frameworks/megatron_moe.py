@@ -29,6 +29,11 @@ Megatron-LM flag (default)                             cosearch field
 ``--qk-pos-emb-head-dim`` ``--v-head-dim``             qk_rope_head_dim, v_head_dim
 ``--kv-channels`` (hidden / heads)                     model.head_dim (where it differs from that;
                                                        ignored with MLA)
+``--mtp-num-layers`` (none)                            model.mtp_layers
+``--window-size`` "left,right" (none)                  model.sliding_window = left + right + 1 (right 0:
+                                                       causal; a non-zero right is refused)
+``--window-attn-skip-freq`` (none: every layer)        model.global_attention_every (an integer N; a 0/1
+                                                       list: every round(L / full layers)-th)
 =====================================================  =========================================
 
 Refused with the reason: the ``allgather`` dispatcher (Megatron's default when no
@@ -72,6 +77,31 @@ def layer_pattern(value: Any, layers: int) -> list[int]:
     return pattern
 
 
+def _parse_window(seen: Mapping[str, Any], model: dict[str, Any], to_int: Int, layers: int) -> None:
+    """``--mtp-num-layers``, ``--window-size`` and ``--window-attn-skip-freq`` into ``model`` (in place)."""
+    mtp = to_int(seen, "--mtp-num-layers", None)
+    if mtp:
+        model["mtp_layers"] = mtp
+    if "--window-size" not in seen:
+        return
+    text = str(seen["--window-size"]).strip().strip("'\"()[] ")
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(re.fullmatch(r"-?\d+", p) for p in parts) or int(parts[0]) < 0:
+        raise CosearchError("--window-size", f"expects 'left,right' token counts such as 127,0 (got {seen['--window-size']!r})")
+    left, right = int(parts[0]), int(parts[1])
+    if right != 0:
+        raise CosearchError("--window-size", f"right = {right}: only causal windows (right 0) are modelled")
+    model["sliding_window"] = left + right + 1
+    freq = seen.get("--window-attn-skip-freq")
+    if freq is not None and re.fullmatch(r"\d+", str(freq).strip().strip("'\"")):
+        model["global_attention_every"] = to_int(seen, "--window-attn-skip-freq", None)
+    elif freq is not None:
+        pattern = layer_pattern(freq, layers)  # 1 marks a full-attention layer, as Megatron's skip pattern
+        full = pattern.count(1)
+        if full:
+            model["global_attention_every"] = max(1, round(layers / full))
+
+
 def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, Any], to_int: Int,
               to_float: Callable[..., float]) -> None:
     """Add the MoE / MLA / head_dim fields of the flags ``seen`` to ``model`` and ``plan`` (in place)."""
@@ -79,6 +109,7 @@ def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, An
     kv_channels = to_int(seen, "--kv-channels", None)  # MLA sets its own head dims: ignored there
     if kv_channels is not None and kv_channels * heads != hidden and "--multi-latent-attention" not in seen:
         model["head_dim"] = kv_channels
+    _parse_window(seen, model, to_int, layers)
     if "--multi-latent-attention" in seen:
         model.update(attention="mla", q_lora_rank=to_int(seen, "--q-lora-rank", 0),
                      kv_lora_rank=to_int(seen, "--kv-lora-rank", 32), qk_nope_head_dim=to_int(seen, "--qk-head-dim", 128),

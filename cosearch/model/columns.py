@@ -39,6 +39,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     # model
     "layers": None, "hidden": None, "heads": None, "kv_heads": None, "ffn_hidden": None,
     "gated_mlp": 0.0, "vocab": None, "seq_len": None, "tied_embeddings": 1.0,
+    "mtp_layers": 0.0,                # multi-token-prediction modules (DeepSeek-V3: 1), each one layer more
     # training
     "global_batch": None, "precision": 0.0, "tokens": np.nan, "attention": 0.0,
     "dropout": 0.0,                   # 1: dropout layers on (GPT-3, Megatron-LM 2019-22); their masks are kept
@@ -78,10 +79,19 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "schedule": np.nan,          # pipeline schedule code (schedules.SCHEDULE_CODES); NaN: 1F1B, interleaved when v > 1
 }
 # --- issue 13: mixture-of-experts and MLA columns (cosearch.model.moe); defaults = a dense model ---
-from .moe import DISPATCHER_CODES, MOE_INPUT_COLUMNS  # noqa: E402
+from .moe import DISPATCHER_CODES, MOE_INPUT_COLUMNS, MOE_MODEL_COLUMNS  # noqa: E402
 
 INPUT_COLUMNS.update(MOE_INPUT_COLUMNS)
 CATEGORICAL_CODES["moe_dispatcher"] = DISPATCHER_CODES
+# --- sliding-window attention (cosearch.model.window); defaults = full attention in every layer ---
+from .window import WINDOW_INPUT_COLUMNS  # noqa: E402
+
+INPUT_COLUMNS.update(WINDOW_INPUT_COLUMNS)
+#: Columns a caller may leave out at no cost: broadcast_columns keeps them 0-d (their defaults describe
+#: a model without the feature).
+LAZY_COLUMNS = frozenset(MOE_INPUT_COLUMNS) | frozenset(WINDOW_INPUT_COLUMNS) | {"mtp_layers"}
+#: Model columns of the optional architecture fields (cosearch.presets.MOE_ARCH_FIELDS; ``mla`` from ``attention``).
+OPTIONAL_MODEL_COLUMNS = MOE_MODEL_COLUMNS + ("mtp_layers",) + tuple(WINDOW_INPUT_COLUMNS)
 
 
 def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
@@ -97,9 +107,9 @@ def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
 def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[str, np.ndarray]:
     """Fill defaults, derive ``dp`` when absent, and broadcast every column to one float64 shape.
 
-    Exception: a mixture-of-experts column (``cosearch.model.moe``) the caller does not give stays a
-    0-d array of its (dense) default, which broadcasts wherever it is used; a dense batch then does
-    not pay for a dozen filled columns it never reads. ``lean`` (the evaluator's own input) keeps
+    Exception: a :data:`LAZY_COLUMNS` column (mixture of experts, MLA, sliding windows, multi-token
+    prediction) the caller does not give stays a 0-d array of its default, which broadcasts wherever
+    it is used; a dense batch then does not pay for a dozen filled columns it never reads. ``lean`` (the evaluator's own input) keeps
     every single-valued column 0-d that way, except ``gpus`` and ``dp``, which carry the shape."""
     full = _full_columns(cols)
     if full["dp"] is None:
@@ -110,7 +120,7 @@ def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[st
         full = {k: np.asarray(v, dtype=float) for k, v in full.items()}
         keys = [k for k, v in full.items() if v.ndim or k in ("gpus", "dp")]
     else:
-        keys = [k for k in full if k in cols or k not in MOE_INPUT_COLUMNS or k == "dp"]
+        keys = [k for k in full if k in cols or k not in LAZY_COLUMNS or k == "dp"]
     arrays = np.broadcast_arrays(*(np.asarray(full[k], dtype=float) for k in keys))
     out = {k: np.ascontiguousarray(a) for k, a in zip(keys, arrays)}
     return {k: out[k] if k in out else np.asarray(full[k], dtype=float) for k in full}

@@ -30,6 +30,7 @@ from . import flops as fl
 from . import moe
 from . import memory as mem
 from . import schedules as sch
+from . import window as win
 from .columns import broadcast_columns, scalar_columns
 from .feasibility import valid_mask
 from .pipeline import bubble_slots, num_microbatches
@@ -169,6 +170,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         legacy_Fps = ops.where(ops.isnan(legacy), attn_Fps, ops.minimum(attn_Fps, legacy * peak16))
         attn_Fps = ops.where(attn_kind == 2, legacy_Fps * p.triton_attention_relative,
                              ops.where(attn_kind == 3, legacy_Fps, attn_Fps))
+    windowed = win.active(c)
+    span = 1.0  # the attention term's share in the model-FLOPs count
+    if windowed:  # sliding windows: the fused kernel skips the blocks outside the band (window.py)
+        attn_work, span = win.fractions(c)
+        attn_Fps = attn_Fps / attn_work
     hbm_Bps = c["hbm_tbps"] * 1e12 * p.hbm_efficiency
     nvl_Bps = c["nvlink_gbps"] * 1e9 * p.nvlink_efficiency
     net_Bps = c["network_gbps"] * (1e9 / 8.0) * p.network_efficiency
@@ -199,7 +205,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     emb_loc = V * h / tp
 
     # layers on the fullest, first and last rank (uneven splits allowed: first and last hold a layer fewer)
-    n_stage, n_first, n_last = mem.stage_layers(L, pp, v)
+    mtp = c["mtp_layers"]
+    any_mtp = ops.any(mtp > 0)  # multi-token prediction: each module is one layer more in the split
+    n_stage, n_first, n_last = mem.stage_layers(L + mtp if any_mtp else L, pp, v)
     act_bytes = tok * h * kern.BYTES_16BIT
     tp_ar_legacy = coll.legacy_time_s("all_reduce", act_bytes, tp, 1.0, fabric)
 
@@ -277,6 +285,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         z3 = (zero >= 3) & ((zg > 1) | ((ext.edp > 1) & (experts_stage > 0)))
     c_f = n_stage * layer_f + logits_f
     c_b = n_stage * layer_b + logits_b
+    if any_mtp:  # the last stage also runs each MTP module's [h; h] -> h projection and output head: the
+        # slowest stage is the fullest one (charged the logits as always) or the last with all its heads
+        mtp_proj = kern.gemm_time_s(tok, h, 2.0 * h, gemm16_Fps, hbm_Bps, t0)
+        c_f = ops.maximum(c_f, n_last * layer_f + (1.0 + mtp) * logits_f + mtp * mtp_proj)
+        c_b = ops.maximum(c_b, n_last * layer_b + (1.0 + mtp) * logits_b + 2.0 * mtp * mtp_proj)
     c_r = n_stage * layer_r
     tp_mb = n_stage * (tp_layer_f + tp_layer_b)
     cp_mb = n_stage * (cp_layer_f + cp_layer_b)
@@ -438,16 +451,18 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # --- throughput, utilization, cost ----------------------------------------------------------
     tokens_step = B * s
     def dense_flops_params():
-        return fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s) * tokens_step, fl.total_params(L, h, a, kvh, f, gated, V, tied)
+        return (fl.model_flops_per_token(L, h, a, kvh, f, gated, V, s, mtp, span) * tokens_step,
+                fl.total_params(L, h, a, kvh, f, gated, V, tied))
     if ext is None:
         (model_flops, params), active_params = dense_flops_params(), None
         total_flops = model_flops
     else:  # MoE: model FLOPs of the active parameters, and of all of them
-        model_flops, total_flops, params, active_params = moe.model_flops_params(c, ext, tokens_step, dense_flops_params)
+        model_flops, total_flops, params, active_params = moe.model_flops_params(c, ext, tokens_step, dense_flops_params,
+                                                                                 span)
     # hardware FLOPs add what is recomputed: the whole forward of each layer (full), or the attention
     # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
-    attn_core = L * fl.attention_flops_per_token(h, s) * tokens_step
-    recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - 2.0 * h * V * tokens_step,
+    attn_core = L * span * fl.attention_flops_per_token(h, s) * tokens_step
+    recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - (1.0 + mtp) * 2.0 * h * V * tokens_step,
                                    ops.where((rc >= 1) & std_attn, attn_core, 0.0))
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12

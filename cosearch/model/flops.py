@@ -5,6 +5,9 @@ to grouped-query attention and gated MLPs):
   QKV 2*h*(h + 2*kv_dim), output projection 2*h^2, MLP 2*h*f*(3 if gated else 2),
   attention scores and values 4*s*h (2*s*h each; the causal mask lets flash attention skip half).
 The logits add 2*h*V per token. Backward is twice the forward; full recomputation adds one forward.
+Multi-token prediction (DeepSeek-V3, arXiv 2412.19437 sec. 2.2): each MTP module adds one transformer
+layer, a projection of the concatenated [h; h] to h (2*2h*h) and one more pass through the shared
+output head (2*h*V) per token.
 """
 from __future__ import annotations
 
@@ -45,14 +48,21 @@ def attention_flops_per_token(hidden, seq_len):
     return 4.0 * seq_len * hidden
 
 
-def model_flops_per_token(layers, hidden, heads, kv_heads, ffn_hidden, gated_mlp, vocab, seq_len):
+def mtp_head_flops_per_token(hidden, vocab):
+    """Forward FLOPs of one multi-token-prediction module besides its transformer layer: the
+    [h; h] -> h projection and the shared output head."""
+    return 4.0 * hidden * hidden + 2.0 * hidden * vocab
+
+
+def model_flops_per_token(layers, hidden, heads, kv_heads, ffn_hidden, gated_mlp, vocab, seq_len,
+                          mtp_layers=0.0, attention_span=1.0):
     """Training FLOPs per token (forward + backward = 3x forward), no recomputation: the numerator
-    of model FLOPs utilization (MFU)."""
-    fwd = layers * (
-        layer_matmul_flops_per_token(hidden, heads, kv_heads, ffn_hidden, gated_mlp)
-        + attention_flops_per_token(hidden, seq_len)
-    ) + 2.0 * hidden * vocab
-    return 3.0 * fwd
+    of model FLOPs utilization (MFU). ``mtp_layers``: multi-token-prediction modules (each one layer
+    more, :func:`mtp_head_flops_per_token`); ``attention_span``: the attention term's share left by
+    sliding windows (:func:`cosearch.model.window.counted_span_fraction`)."""
+    fwd = (layers + mtp_layers) * layer_matmul_flops_per_token(hidden, heads, kv_heads, ffn_hidden, gated_mlp) + (
+        layers * attention_span + mtp_layers) * attention_flops_per_token(hidden, seq_len) + 2.0 * hidden * vocab
+    return 3.0 * (fwd + mtp_layers * mtp_head_flops_per_token(hidden, vocab))
 
 
 def megatron_flops_per_iteration(batch, seq_len, layers, hidden, vocab):
@@ -62,6 +72,6 @@ def megatron_flops_per_iteration(batch, seq_len, layers, hidden, vocab):
 
 __all__ = [
     "kv_dim", "layer_params", "embedding_params", "total_params", "layer_matmul_flops_per_token",
-    "attention_flops_per_token", "model_flops_per_token", "megatron_flops_per_iteration",
+    "attention_flops_per_token", "mtp_head_flops_per_token", "model_flops_per_token", "megatron_flops_per_iteration",
 ]
 _ = np  # numpy semantics: every function works elementwise on arrays

@@ -60,14 +60,16 @@ def _fabric_min(fabrics, used):
 
 def composable(sh) -> np.ndarray:
     """Rows whose plan the mixed-type compositions model: a 1F1B or interleaved schedule (zero-bubble and
-    DualPipe are not composed across types) and no DeepPool burst or background job."""
+    DualPipe are not composed across types), no DeepPool burst or background job, a dense model with full
+    attention and no multi-token prediction."""
     sched = np.asarray(sh.get("schedule", np.nan), dtype=float)
     ok = np.isnan(sched) | (sched <= SCHEDULE_CODES["interleaved"])
     for key in ("burst", "multiplex"):
         v = np.asarray(sh.get(key, np.nan), dtype=float)
         ok = ok & (np.isnan(v) | (v == 0.0))
     # issue 13: MoE / MLA / head_dim rows are not composed across types (their per-layer parts differ)
-    for key, dense in (("experts", 0.0), ("mla", 0.0), ("ep", 1.0)):
+    # nor multi-token prediction or sliding windows (the composition counts full attention and one output head)
+    for key, dense in (("experts", 0.0), ("mla", 0.0), ("ep", 1.0), ("mtp_layers", 0.0), ("sliding_window", 0.0)):
         ok = ok & (np.asarray(sh.get(key, dense), dtype=float) == dense)
     return ok & np.isnan(np.asarray(sh.get("head_dim", np.nan), dtype=float))
 

@@ -47,8 +47,8 @@ from . import _ops as ops
 from . import compute as kern
 from . import communication as comm
 from . import memory as mem
-from .moe_params import (attention_params, attention_params_local, flops_per_token, mla_params,  # noqa: F401
-                         param_counts, widths)
+from .moe_params import (attention_params, attention_params_local, flops_per_token, layer_parts,  # noqa: F401
+                         mla_params, param_counts, widths)
 
 #: Busiest EP rank's tokens over the mean when the plan does not state it (``training.moe_load_imbalance``).
 #: Switch Transformer (Fedus et al. 2022, JMLR, sec. 2.2 and Table 1) trains with capacity factor 1.25:
@@ -379,12 +379,14 @@ def _first(ext_v, dense_v):
     return ext_v
 
 
-def model_flops_params(c, ext: Terms, tokens_step, dense_flops_params):
+def model_flops_params(c, ext: Terms, tokens_step, dense_flops_params, span=1.0):
     """(model FLOPs per step, the same over all parameters, parameters, active parameters). Extended rows
     count the active parameters (MFU, as MoE papers); the other rows take ``dense_flops_params()``
-    (model FLOPs per step, parameters), called only where some row is not extended."""
-    pt, pa = param_counts(c, ext.widths, ext.mla_parts)
-    fa, ft = flops_per_token(c, (pt, pa), ext.widths)
+    (model FLOPs per step, parameters), called only where some row is not extended. ``span``: the
+    attention count's share left by sliding windows (:func:`.window.counted_span_fraction`)."""
+    parts = layer_parts(c, ext.widths, ext.mla_parts)
+    pt, pa = param_counts(c, ext.widths, ext.mla_parts, parts)
+    fa, ft = flops_per_token(c, (pt, pa), ext.widths, ext.mla_parts, parts, span)
     if ops.all(ext.rows):
         return fa * tokens_step, ft * tokens_step, pt, pa
     model_flops, params = dense_flops_params()

@@ -17,6 +17,8 @@ Active parameters count top_k of the E routed experts (the convention of MoE pap
 from __future__ import annotations
 
 from . import _ops as ops
+from . import window as win
+from .flops import mtp_head_flops_per_token
 
 
 def widths(c):
@@ -68,33 +70,53 @@ def attention_params_local(c, tp, w, kv_loc=None, mla_parts=None):
     return ops.where(c["mla"] > 0, rep + split / tp, gqa_loc)
 
 
-def param_counts(c, w=None, mla_parts=None):
-    """(total, active) parameters of the model (biases and norms omitted, as :mod:`.flops`); ``w`` and
-    ``mla_parts``: :func:`widths` and :func:`mla_params` where already known."""
+def layer_parts(c, w, mla_parts=None):
+    """(dense layers, one dense layer, a MoE layer's non-expert part, its routed experts, embeddings)."""
     h, L, E, g = c["hidden"], c["layers"], c["experts"], c["gated_mlp"]
-    w = w or widths(c)
     fe, fd, fs, *_ = w
     attn = attention_params_total(c, w, mla_parts)
-    moe = E > 0
-    n_dense = ops.where(moe, c["dense_layers"], L)
+    n_dense = ops.where(E > 0, c["dense_layers"], L)
     mlp_w = (2.0 + g) * h
-    dense_layer = attn + mlp_w * fd
-    moe_common = attn + h * E + mlp_w * fs
-    experts = E * mlp_w * fe
-    emb = c["vocab"] * h * (2.0 - c["tied_embeddings"])
+    return (n_dense, attn + mlp_w * fd, attn + h * E + mlp_w * fs, E * mlp_w * fe,
+            c["vocab"] * h * (2.0 - c["tied_embeddings"]))
+
+
+def param_counts(c, w=None, mla_parts=None, parts=None):
+    """(total, active) parameters of the model (biases and norms omitted, as :mod:`.flops`; multi-token
+    prediction modules not counted, as DeepSeek-V3's "671B"); ``w``, ``mla_parts`` and ``parts``:
+    :func:`widths`, :func:`mla_params` and :func:`layer_parts` where already known."""
+    L, E = c["layers"], c["experts"]
+    w = w or widths(c)
+    n_dense, dense_layer, moe_common, experts, emb = parts or layer_parts(c, w, mla_parts)
     total = n_dense * dense_layer + (L - n_dense) * (moe_common + experts) + emb
-    active_ = n_dense * dense_layer + (L - n_dense) * (moe_common + ops.where(moe, c["top_k"] / E, 0.0) * experts) + emb
+    active_ = n_dense * dense_layer + (L - n_dense) * (moe_common + ops.where(E > 0, c["top_k"] / E, 0.0) * experts) + emb
     return total, active_
 
 
-def flops_per_token(c, counts=None, w=None):
+def flops_per_token(c, counts=None, w=None, mla_parts=None, parts=None, span=None):
     """(active-parameter, total-parameter) training FLOPs per token: 3 x forward, forward = 2 x
-    weights + attention scores and values 2*s*a*(d_qk + d_v) per layer (4*s*h for MHA, :mod:`.flops`).
-    ``counts``: :func:`param_counts` and ``w``: :func:`widths` where already known."""
+    weights + attention scores and values 2*s*a*(d_qk + d_v) per layer (4*s*h for MHA, :mod:`.flops`),
+    scaled by sliding windows (``span``: :func:`.window.counted_span_fraction`); each multi-token-prediction
+    module adds one layer of the model's last kind and :func:`.flops.mtp_head_flops_per_token`.
+    ``counts``, ``w``, ``parts``: :func:`param_counts`, :func:`widths`, :func:`layer_parts` where already known."""
     w = w or widths(c)
-    total, act = counts or param_counts(c, w)
-    emb_in = c["vocab"] * c["hidden"]  # the input embedding is a lookup, not a matmul
+    total, act = counts or param_counts(c, w, mla_parts, parts)
+    h, V = c["hidden"], c["vocab"]
+    emb_in = V * h  # the input embedding is a lookup, not a matmul
     _, _, _, _, d_qk, d_v = w
-    core = c["layers"] * 2.0 * c["seq_len"] * c["heads"] * (d_qk + d_v)
+    core_layer = 2.0 * c["seq_len"] * c["heads"] * (d_qk + d_v)
+    if span is None:
+        span = win.counted_span_fraction(c) if win.active(c) else 1.0
+    core = c["layers"] * core_layer * span
     tied_out = ops.where(c["tied_embeddings"] > 0, emb_in, 0.0)  # tied: the shared matrix is the output layer
-    return (3.0 * (2.0 * (act - emb_in + tied_out) + core), 3.0 * (2.0 * (total - emb_in + tied_out) + core))
+    fa, ft = 2.0 * (act - emb_in + tied_out) + core, 2.0 * (total - emb_in + tied_out) + core
+    mtp = c["mtp_layers"]
+    if ops.any(mtp > 0):  # one more layer (a MoE layer where the model has experts) and the MTP head each
+        E = c["experts"]
+        _, dense_layer, moe_common, experts, _ = parts or layer_parts(c, w, mla_parts)
+        moe = E > 0
+        layer_a = ops.where(moe, moe_common + ops.where(moe, c["top_k"] / ops.maximum(E, 1.0), 0.0) * experts, dense_layer)
+        layer_t = ops.where(moe, moe_common + experts, dense_layer)
+        head = mtp_head_flops_per_token(h, V) + core_layer
+        fa, ft = fa + mtp * (2.0 * layer_a + head), ft + mtp * (2.0 * layer_t + head)
+    return 3.0 * fa, 3.0 * ft

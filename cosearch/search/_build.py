@@ -9,8 +9,7 @@ from .. import hardware
 from ..cloud import CloudSpec, instance_columns
 from ..cloud.provision import derived_cluster
 from ..errors import CosearchError
-from ..model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
-from ..model.moe import MOE_MODEL_COLUMNS
+from ..model.columns import CATEGORICAL_CODES, INPUT_COLUMNS, OPTIONAL_MODEL_COLUMNS
 from ..presets import ARCH_FIELDS, moe_columns, preset
 from ..scenario import HARDWARE_OVERRIDES
 from ._cloud import cloud_columns
@@ -134,16 +133,16 @@ def scenario(space: "SearchSpace", values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _moe_model_columns(cols: dict[str, Any], model: Any, get: _Resolver) -> None:
-    """The MoE/MLA model columns (cosearch.model.moe) of a preset (fixed or chosen) or explicit fields."""
+    """The optional model columns (MoE/MLA, MTP, sliding windows) of a preset (fixed or chosen) or explicit fields."""
     if isinstance(model, _Cat):
         table = {name: moe_columns(preset(name)) for name in model.names}
-        for key in MOE_MODEL_COLUMNS:
+        for key in OPTIONAL_MODEL_COLUMNS:
             if any(key in t for t in table.values()):
                 cols[key] = model.lookup(lambda nm, key=key: float(table[nm].get(key, INPUT_COLUMNS[key])))
         return
     arch = preset(model) if isinstance(model, str) else dict(model)
     fixed = moe_columns({k: v for k, v in arch.items() if not isinstance(v, (list, dict))})
-    for key in MOE_MODEL_COLUMNS:
+    for key in OPTIONAL_MODEL_COLUMNS:
         if key != "mla" and get.has(f"model.{key}"):
             cols[key] = get.number(f"model.{key}")
         elif key in fixed:

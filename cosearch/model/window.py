@@ -1,0 +1,64 @@
+"""Sliding-window attention: how much of the attention work a windowed model does.
+
+A windowed layer lets each query attend to itself and the ``window - 1`` tokens before it (Beltagy et
+al. 2020, Longformer; Mistral 7B, Jiang et al. 2023; GPT-OSS, OpenAI 2025: window 128 in every other
+layer; Gemma 3: five windowed layers to one global). Megatron-Core's ``window_size = (window - 1, 0)``
+with ``window_attn_skip_freq = N`` keeps full attention in layers N, 2N, ... (1-based), so a model of
+L layers has floor(L / N) global layers; ``global_attention_every`` is that N (0: every layer windowed).
+
+Two fractions, both 1 for a model without a window:
+
+* time: the causal work of a windowed layer over that of a full causal layer, sum_i min(i, w) over
+  sum_i i for i = 1..s: a flash kernel skips the blocks outside the band as it skips those above the
+  diagonal (FlashAttention-2's ``window_size``). Unfused attention computes every score and saves nothing.
+* count (model FLOPs): the convention of :mod:`.flops` counts 4*s*h per token for a full layer, each
+  query against all s keys; a windowed layer counts min(s, w) keys (Megatron-Bridge's FLOP counter
+  uses ``min(window, seq_len)`` for its windowed layers the same way).
+
+Approximation (stated): context-parallel ring traffic is charged as for full attention.
+"""
+from __future__ import annotations
+
+from . import _ops as ops
+
+#: Input columns (name -> default): no window.
+WINDOW_INPUT_COLUMNS: dict[str, float] = {
+    "sliding_window": 0.0,          # keys a query attends to in a windowed layer (itself included); 0 = none
+    "global_attention_every": 0.0,  # every N-th layer keeps full attention; 0 = every layer windowed
+}
+
+
+def active(c) -> bool:
+    """True when some row has a sliding window."""
+    return ops.any(c["sliding_window"] > 0)
+
+
+def windowed_layer_share(layers, window, every):
+    """Share of the layers that are windowed (floor(L/N) of L keep full attention; none without a window)."""
+    global_layers = ops.where(every >= 1, ops.floor(layers / ops.maximum(every, 1.0)), 0.0)
+    return ops.where(window > 0, (layers - global_layers) / layers, 0.0)
+
+
+def causal_work_fraction(seq_len, window):
+    """sum_{i=1..s} min(i, w) / sum_{i=1..s} i: a windowed causal layer's work over a full causal layer's."""
+    w = ops.minimum(ops.where(window > 0, window, seq_len), seq_len)
+    band = w * (w + 1.0) / 2.0 + (seq_len - w) * w
+    return band / (seq_len * (seq_len + 1.0) / 2.0)
+
+
+def fractions(c):
+    """(attention time fraction, counted span fraction) of the rows, the windowed-layer share worked out once."""
+    s, w = c["seq_len"], c["sliding_window"]
+    share = windowed_layer_share(c["layers"], w, c["global_attention_every"])
+    span = ops.minimum(ops.where(w > 0, w, s), s) / s
+    return 1.0 - share * (1.0 - causal_work_fraction(s, w)), 1.0 - share * (1.0 - span)
+
+
+def attention_time_fraction(c):
+    """Attention work of the whole model over the same model without windows (flash kernels)."""
+    return fractions(c)[0]
+
+
+def counted_span_fraction(c):
+    """The model-FLOPs count's attention term over the same count without windows (min(s, w) keys)."""
+    return fractions(c)[1]
