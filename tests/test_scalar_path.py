@@ -55,6 +55,8 @@ def _random_everything(n, seed):
         zero_group=pick(np.nan, np.nan, 1.0, 2.0), overlap_grad_reduce=pick(0.0, 1.0),
         tp_comm_overlap=pick(0.0, 1.0), offload=rng.choice(sorted(OFFLOAD_CODES.values()), n).astype(float),
         tp_collective=pick(0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0), dp_collective=pick(0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0),
+        sliding_window=pick(0.0, 0.0, 128.0, 4096.0), global_attention_every=pick(0.0, 2.0, 6.0),
+        mtp_layers=pick(0.0, 0.0, 1.0),
     )
     cols["attention"][cols["cp"] > 1] = 0.0                # context parallelism needs flash attention
     cols["interleave"][cols["pp"] == 1] = 1.0

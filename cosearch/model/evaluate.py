@@ -288,8 +288,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     if any_mtp:  # the last stage also runs each MTP module's [h; h] -> h projection and output head: the
         # slowest stage is the fullest one (charged the logits as always) or the last with all its heads
         mtp_proj = kern.gemm_time_s(tok, h, 2.0 * h, gemm16_Fps, hbm_Bps, t0)
-        c_f = ops.maximum(c_f, n_last * layer_f + (1.0 + mtp) * logits_f + mtp * mtp_proj)
-        c_b = ops.maximum(c_b, n_last * layer_b + (1.0 + mtp) * logits_b + 2.0 * mtp * mtp_proj)
+        has = mtp > 0  # (selected, not multiplied by 0: a row without MTP keeps its value even where it is inf)
+        c_f = ops.where(has, ops.maximum(c_f, n_last * layer_f + (1.0 + mtp) * logits_f + mtp * mtp_proj), c_f)
+        c_b = ops.where(has, ops.maximum(c_b, n_last * layer_b + (1.0 + mtp) * logits_b + 2.0 * mtp * mtp_proj), c_b)
     c_r = n_stage * layer_r
     tp_mb = n_stage * (tp_layer_f + tp_layer_b)
     cp_mb = n_stage * (cp_layer_f + cp_layer_b)

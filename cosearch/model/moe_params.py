@@ -115,8 +115,10 @@ def flops_per_token(c, counts=None, w=None, mla_parts=None, parts=None, span=Non
         E = c["experts"]
         _, dense_layer, moe_common, experts, _ = parts or layer_parts(c, w, mla_parts)
         moe = E > 0
-        layer_a = ops.where(moe, moe_common + ops.where(moe, c["top_k"] / ops.maximum(E, 1.0), 0.0) * experts, dense_layer)
+        layer_a = ops.where(moe, moe_common + c["top_k"] / ops.maximum(E, 1.0) * experts, dense_layer)
         layer_t = ops.where(moe, moe_common + experts, dense_layer)
         head = mtp_head_flops_per_token(h, V) + core_layer
-        fa, ft = fa + mtp * (2.0 * layer_a + head), ft + mtp * (2.0 * layer_t + head)
+        has = mtp > 0
+        fa = ops.where(has, fa + mtp * (2.0 * layer_a + head), fa)
+        ft = ops.where(has, ft + mtp * (2.0 * layer_t + head), ft)
     return 3.0 * fa, 3.0 * ft

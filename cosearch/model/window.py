@@ -51,7 +51,9 @@ def fractions(c):
     s, w = c["seq_len"], c["sliding_window"]
     share = windowed_layer_share(c["layers"], w, c["global_attention_every"])
     span = ops.minimum(ops.where(w > 0, w, s), s) / s
-    return 1.0 - share * (1.0 - causal_work_fraction(s, w)), 1.0 - share * (1.0 - span)
+    on = share > 0  # rows without windowed layers keep exactly 1
+    return (ops.where(on, 1.0 - share * (1.0 - causal_work_fraction(s, w)), 1.0),
+            ops.where(on, 1.0 - share * (1.0 - span), 1.0))
 
 
 def attention_time_fraction(c):
