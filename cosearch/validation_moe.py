@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ._cells import _num, _recompute, _stated, gpu_id, precision_of, prefetching_fsdp, zero_stage
+from .presets import preset
 
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
 MOE_PATH = Path(__file__).resolve().parents[1] / "experiments" / "data" / "validation" / "published_runs_moe.csv"
@@ -90,10 +91,9 @@ def load_moe_runs(path: str | Path = MOE_PATH) -> pd.DataFrame:
 #: HybridEP (like DeepEP) sends a token once per destination node and forwards it over NVLink there, which is
 #: what ``plan.moe_dispatcher: deepep`` models.
 BRIDGE_ETP1_MODELS = ("deepseek-v3", "qwen3")
-#: GPT-OSS attention (openai/gpt-oss-120b and -20b config.json: ``sliding_window: 128``, ``layer_types``
-#: alternating sliding_attention / full_attention; Megatron-Bridge: ``window_size (127, 0)``,
-#: ``window_attn_skip_freq 2``): every other layer attends to its 128 most recent tokens.
-GPT_OSS_WINDOW = 128
+#: Attention-window fields of a model the CSV has no columns for, taken from its preset (the one place that
+#: states them with their source, cosearch/data/models.yaml): GPT-OSS's 128-token windows in every other layer.
+WINDOW_FIELDS = ("sliding_window", "global_attention_every")
 NVL72 = ("gb200", "gb300")
 
 
@@ -130,8 +130,9 @@ def moe_model_fields(row: Mapping) -> dict[str, Any]:
     for key in ("shared_ffn_hidden", "dense_ffn_hidden", "head_dim", "mtp_layers"):
         if _num(get(key)) is not None:
             model[key] = _int(get(key))
-    if "gpt-oss" in str(get("model")).lower():  # openai/gpt-oss config.json: sliding_window 128, layer_types alternating
-        model.update(sliding_window=GPT_OSS_WINDOW, global_attention_every=2)
+    if "gpt-oss" in str(get("model")).lower():  # 120B and 20B share the attention pattern (their config.json)
+        gpt_oss = preset("gpt-oss-120b")
+        model.update({k: gpt_oss[k] for k in WINDOW_FIELDS})
     if mla:
         model.update({k: _int(get(k)) for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                                                  "v_head_dim")})

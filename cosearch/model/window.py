@@ -56,11 +56,6 @@ def fractions(c):
             ops.where(on, 1.0 - share * (1.0 - span), 1.0))
 
 
-def attention_time_fraction(c):
-    """Attention work of the whole model over the same model without windows (flash kernels)."""
-    return fractions(c)[0]
-
-
 def counted_span_fraction(c):
     """The model-FLOPs count's attention term over the same count without windows (min(s, w) keys)."""
     return fractions(c)[1]
