@@ -172,6 +172,8 @@ class PlanSpec(_Strict):
     moe_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="alltoall: Megatron-Core's all-to-all (every token copy sent); deepep: one network "
         "send per destination node, NVLink forwarding there (DeepEP, DeepSeek-V3 sec. 3.2.2)")
+    moe_fp8_dispatch: Bool = Field(False, description="under fp8, dispatch token copies in fp8 (DeepSeek-V3's stack, "
+                                   "sec. 3.3.2); false: 16-bit, as Megatron-Core sends them whatever the GEMM precision")
 
 
 class Scenario(_Strict):

@@ -150,7 +150,8 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     use the distributed optimizer, sequence parallelism with TP, the recipes' ETP, dispatcher and a2a
     overlap (:func:`_bridge_dispatch`); "force-balanced" routing (S20's note) has load imbalance 1.0, a
     padded capacity factor fixes each expert's rows at capacity; DeepSeek-V3's own run (S24) used DeepEP
-    with DualPipe's full computation-communication overlap (arXiv 2412.19437 sec. 3.2.1-3.2.2).
+    with DualPipe's full computation-communication overlap and fp8 dispatch (arXiv 2412.19437 sec. 3.2.1-3.2.2,
+    3.3.2); Megatron-Core dispatches in 16 bits (:mod:`cosearch.model.moe`).
     """
     get = row.get
     gpu, overrides = get("gpu"), {}
@@ -174,7 +175,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     deepseek_own = source == "S24" or "hai-llm" in framework  # DeepSeek-V3's run: DeepEP + DualPipe's overlap
     if "deepep" in framework or "hybridep" in framework or deepseek_own:
         dispatcher = "deepep"
-    if deepseek_own:
+    if deepseek_own:  # DualPipe hides the all-to-all; DeepEP sends the dispatch in fp8 (sec. 3.3.2)
         overlap = 1.0
     etp = _int(get("etp"))
     if etp is None and bridge_recipes and any(m in str(get("model")).lower() for m in BRIDGE_ETP1_MODELS):
@@ -183,7 +184,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
         "tp": tp, "pp": pp, "cp": _int(get("cp"), 1), "zero": zero, "ep": _int(get("ep"), 1),
         "sequence_parallel": bool((megatron_core and tp > 1) if sp is None else sp),
         "tp_comm_overlap": bool(megatron_core and tp > 1 and gpu.startswith("h100")),
-        "moe_dispatcher": dispatcher, "moe_a2a_overlap": overlap,
+        "moe_dispatcher": dispatcher, "moe_a2a_overlap": overlap, "moe_fp8_dispatch": deepseek_own and fp8,
         **({"fsdp_overlap": 1.0} if zero == 3 and prefetching_fsdp(sharding, framework) else {}),
     }
     if etp is not None:

@@ -147,12 +147,26 @@ def test_deepep_sends_each_token_once_per_remote_node_by_hand():
 
 
 def test_fp8_dispatch_sends_one_byte_and_combines_in_bf16():
-    """DeepSeek-V3 sec. 3.3.2: fp8 dispatch, bf16 combine -> forward bytes 1 + 2 instead of 2 + 2."""
-    sc = _tiny(8)
+    """DeepSeek-V3 sec. 3.3.2 (plan.moe_fp8_dispatch): fp8 dispatch, bf16 combine -> forward bytes 1 + 2
+    instead of 2 + 2; the backward pair stays 2 + 2."""
+    sc = _tiny(8, moe_fp8_dispatch=True)
     sc["training"]["precision"] = "fp8"
     t2 = 1024 * 3584 / (450e9 * P.nvlink_efficiency) + P.nvlink_latency_s
     t1 = 1024 * 1792 / (450e9 * P.nvlink_efficiency) + P.nvlink_latency_s
     assert run(sc)["time_ep_comm_s"] == pytest.approx(2 * (t1 + 3 * t2), rel=1e-12)
+
+
+def test_megatron_core_dispatches_in_16_bits_under_fp8():
+    """Megatron-Core sends token copies in bf16 whatever the GEMM precision (its HybridEP buffer asserts
+    fp8_dispatch off): an fp8 run without plan.moe_fp8_dispatch moves the bf16 run's bytes, 2 layers x
+    4 all-to-alls of 3,584 B per token; the knob does nothing under bf16."""
+    t2 = 1024 * 3584 / (450e9 * P.nvlink_efficiency) + P.nvlink_latency_s
+    sc = _tiny(8)
+    sc["training"]["precision"] = "fp8"
+    assert run(sc)["time_ep_comm_s"] == pytest.approx(2 * 4 * t2, rel=1e-12)
+    assert run(_tiny(8, moe_fp8_dispatch=True))["time_ep_comm_s"] == run(_tiny(8))["time_ep_comm_s"]
+    on = dict(sc, plan=dict(sc["plan"], moe_fp8_dispatch=True))
+    assert run(on)["time_ep_comm_s"] < run(sc)["time_ep_comm_s"]
 
 
 def test_overlap_capacity_and_imbalance_move_the_right_way():
@@ -299,3 +313,17 @@ def test_megatron_export_maps_expert_parallelism():
 
         nemo.export(sc)
     assert err.value.field == "model.experts"
+
+
+def test_megatron_export_refuses_fp8_dispatch_under_fp8():
+    from cosearch.frameworks import megatron
+
+    plan = {"ep": 8, "moe_fp8_dispatch": True}
+    bf16 = parse_scenario({"model": "qwen3-30b-a3b", "training": {"global_batch": 256},
+                           "cluster": {"gpu": "h100-sxm", "gpus": 64}, "plan": plan})
+    assert "--num-experts" in megatron.flags(bf16)  # bf16: the knob changes nothing, nothing to refuse
+    fp8 = parse_scenario({"model": "qwen3-30b-a3b", "training": {"global_batch": 256, "precision": "fp8"},
+                          "cluster": {"gpu": "h100-sxm", "gpus": 64}, "plan": plan})
+    with pytest.raises(CosearchError) as err:
+        megatron.flags(fp8)
+    assert err.value.field == "plan.moe_fp8_dispatch"

@@ -37,7 +37,14 @@ def test_deepseek_v3_gb200_megatron_bridge_row_maps_every_stated_field(rows):
     assert (p["tp"], p["pp"], p["ep"], p["etp"], p["microbatch"], p["interleave"], p["schedule"]) == (1, 4, 64, 1, 1, 4, "interleaved")
     # recipe facts: HybridEP on every DeepSeek-V3 recipe, a2a overlap in the MXFP8 GB200 recipe, distributed optimizer
     assert (p["moe_dispatcher"], p["moe_a2a_overlap"], p["zero"]) == ("deepep", 1.0, 1)
+    assert p["moe_fp8_dispatch"] is False  # Megatron-Core dispatches in bf16 even under MXFP8
     assert {s["plan"]["recompute"] for s in cands} == {"none", "selective", "full"}
+
+
+def test_deepseek_own_run_dispatches_in_fp8(rows):
+    # row 367: DeepSeek-V3's report (HAI-LLM, 2,048 H800): DeepEP, DualPipe overlap, fp8 dispatch (sec. 3.3.2)
+    p = row_scenarios(rows.loc[367])[0]["plan"]
+    assert (p["moe_dispatcher"], p["moe_a2a_overlap"], p["moe_fp8_dispatch"]) == ("deepep", 1.0, True)
 
 
 def test_qwen3_235b_h100_row_takes_recipe_etp_and_alltoall(rows):

@@ -50,6 +50,7 @@ plan.capacity_factor           ``--moe-expert-capacity-factor`` (none: dropless,
 =============================  ===========================================================
 
 Refused: ``plan.moe_a2a_overlap`` > 0 (its Megatron switches differ across releases; set it by hand),
+``plan.moe_fp8_dispatch`` under fp8 (Megatron-Core sends the dispatch in 16 bits),
 Refused: pipeline schedules zb-h1, zb-v and dualpipe (Megatron-Core runs 1F1B and interleaved 1F1B),
 offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
 the Triton attention kernel, zero 2/3 with pipeline parallelism (Megatron FSDP has no pipeline).
@@ -148,6 +149,9 @@ def _moe_flags(sc: Scenario) -> list[Any]:
     if pl.moe_a2a_overlap > 0:
         raise refuse("plan.moe_a2a_overlap", "all-to-all overlap is not mapped to a Megatron-LM flag here; "
                      "use 0 to export and set the release's overlap switches by hand")
+    if pl.moe_fp8_dispatch and sc.training.precision == "fp8":
+        raise refuse("plan.moe_fp8_dispatch", "Megatron-Core dispatches token copies in 16 bits (HybridEP asserts "
+                     "fp8_dispatch off); use false to export")
     out += ["--num-experts", m.experts, "--moe-router-topk", m.top_k, "--moe-grouped-gemm"]
     out += (["--moe-token-dispatcher-type", "alltoall"] if pl.moe_dispatcher == "alltoall"
             else ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"])

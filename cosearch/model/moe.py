@@ -22,8 +22,11 @@ With ``plan.moe_dispatcher: deepep`` (DeepEP, the kernels of DeepSeek-V3 sec. 3.
 crosses the network once per destination node, not once per expert copy, and is forwarded to its
 experts' GPUs over NVLink there; a token reaches on average (n-1)*(1 - (1 - 1/n)^top_k) of the n-1
 other nodes of its EP group (uniform routing), at most ``routed_nodes_limit`` (DeepSeek-V3's
-node-limited routing, M = 4). Under fp8 the dispatch is sent in fp8 and the combine in bf16 (DeepSeek-V3, arXiv 2412.19437 sec.
-3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
+node-limited routing, M = 4). Token copies travel in 16 bits, as in Megatron-Core whatever the GEMM
+precision (its HybridEP buffer asserts ``not fp8_dispatch``, "HybridEP dispatcher does not support fp8
+dispatch now"; DeepEP and the all-to-all dispatcher get the bf16 hidden states); with
+``plan.moe_fp8_dispatch`` under fp8 the dispatch is sent in fp8 and the combine in bf16 (DeepSeek-V3's own
+stack, arXiv 2412.19437 sec. 3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
 imbalance (max / mean tokens per EP rank), capped by the capacity factor when tokens are dropped.
 
 Expert tensor parallelism (etp > 1) all-gathers the received token copies over the etp ranks and
@@ -91,6 +94,7 @@ MOE_INPUT_COLUMNS: dict[str, float] = {
     "head_dim": np.nan,         # attention head width; NaN = hidden / heads
     "routed_nodes_limit": 0.0,  # most nodes a token is routed to (DeepSeek-V3: 4); 0 = no limit
     "moe_dispatcher": 0.0,      # DISPATCHER_CODES
+    "moe_fp8_dispatch": 0.0,    # 1: under fp8, token copies are dispatched in fp8 (DeepSeek-V3); 0: 16-bit (Megatron-Core)
     "ep": 1.0,                  # expert parallel size
     "etp": np.nan,              # expert tensor parallel size; NaN = tp (Megatron-Core's default)
     "capacity_factor": np.nan,  # expert capacity / mean load; NaN = dropless
@@ -279,7 +283,8 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # --- all-to-all dispatch and combine ---------------------------------------------------------
     copies = tok_r * k * h * load
     dispatch = (k, c["moe_dispatcher"], c["routed_nodes_limit"])
-    t_disp, t_comb = a2a_times_s((copies * (kern.BYTES_16BIT - fp8), copies * kern.BYTES_16BIT), ep, etp, fabric, *dispatch)
+    disp_B = kern.BYTES_16BIT - fp8 * c["moe_fp8_dispatch"]  # bytes per dispatched value (the combine stays 16-bit)
+    t_disp, t_comb = a2a_times_s((copies * disp_B, copies * kern.BYTES_16BIT), ep, etp, fabric, *dispatch)
     a2a_fwd = t_disp + t_comb
     a2a_bwd = 2.0 * t_comb + ops.where(rc_full, a2a_fwd, 0.0)
     ov = c["moe_a2a_overlap"]
