@@ -2,7 +2,8 @@
 
 The breakdown comes from :func:`cosearch.estimate`. The advice comes from the model itself: every
 neighbouring plan (one knob moved: micro-batch size, interleaving, recompute mode, ZeRO stage,
-sequence parallelism, a factor moved between tp/pp/cp/dp at the same GPU count) and a few hardware
+sequence parallelism, the expert-parallel knobs of a MoE plan, a factor moved between tp/pp/cp/dp at
+the same GPU count) and a few hardware
 upgrades (network and NVLink bandwidth, HBM capacity) are evaluated in **one** vectorized call of
 :func:`cosearch.model.evaluate`; infeasible ones (a divisibility rule broken, or the memory does not
 fit) are dropped and the rest ranked by predicted step time. The reported numbers of the changes
@@ -32,7 +33,7 @@ from .scenario import Scenario, load_scenario, scenario_columns
 #: Step-time parts grouped into what limits a plan.
 LIMITERS: dict[str, tuple[str, ...]] = {
     "compute": ("compute", "optimizer"),
-    "communication": ("tp_comm", "cp_comm", "pp_comm", "dp_comm"),
+    "communication": ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"),
     "bubble": ("bubble",),
     # work done only because HBM is too small: recomputed forwards, traffic to a memory expansion tier
     "memory": ("recompute", "offload"),
@@ -45,6 +46,7 @@ _PART_LABELS = {
     "recompute": "recompute (activation checkpointing)",
     "tp_comm": "tensor-parallel communication",
     "cp_comm": "context-parallel communication",
+    "ep_comm": "expert-parallel all-to-all (token dispatch and combine)",
     "pp_comm": "pipeline sends",
     "dp_comm": "data-parallel gradient reduction",
     "bubble": "pipeline bubble",
@@ -65,8 +67,11 @@ def _limiter_of(part: str) -> str:
 
 
 def _links(cols: Mapping[str, float]) -> dict[str, str]:
-    """Which link each communication group crosses (Megatron rank order: tp, cp, dp, pp)."""
+    """Which link each communication group crosses (Megatron rank order: tp, cp, dp, pp; the ep ranks at
+    stride etp, cosearch.model.moe)."""
     dom, tp, cp, dp = cols["nvlink_domain"], cols["tp"], cols["cp"], cols["dp"]
+    etp = cols.get("etp", float("nan"))
+    etp = tp if etp != etp else etp  # NaN: etp = tp
 
     def link(size: float, stride: float) -> str:
         return "NVLink" if size * stride <= dom else "network"
@@ -74,6 +79,7 @@ def _links(cols: Mapping[str, float]) -> dict[str, str]:
     return {
         "tp_comm": link(tp, 1.0),
         "cp_comm": link(cp, tp),
+        "ep_comm": link(cols.get("ep", 1.0), etp),
         "dp_comm": link(dp * cp, tp),
         "pp_comm": link(2.0, tp * cp * dp),
     }

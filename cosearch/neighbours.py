@@ -1,7 +1,8 @@
 """The plans one move away from a scenario, and a few hardware upgrades: what ``explain`` tries.
 
 One knob moved at a time (micro-batch, interleaving, schedule, recompute, ZeRO stage, sequence
-parallelism, overlaps, DeepPool burst, a factor moved between tp/pp/cp/dp at the same GPU count),
+parallelism, overlaps, DeepPool burst, the expert-parallel knobs of a MoE model, a factor moved between
+tp/pp/cp/dp at the same GPU count),
 faster network/NVLink or more HBM, or for a rented cluster the other instance types with the same
 GPU count. :mod:`cosearch.explain` evaluates and ranks them.
 """
@@ -60,6 +61,8 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
         out.append(Change("burst false -> true", "plan", {"plan.burst": True}))
     if pl.tp > 1 and not pl.tp_comm_overlap:
         out.append(Change("tp_comm_overlap false -> true", "plan", {"plan.tp_comm_overlap": True}))
+    if sc.model.experts:
+        out += moe_changes(sc)
     # Move a factor between two mesh dimensions; the GPU count stays the same.
     mesh = {"tp": float(cols["tp"]), "pp": float(cols["pp"]), "cp": float(cols["cp"]), "dp": float(cols["dp"])}
     for up, down in permutations(mesh, 2):
@@ -92,6 +95,24 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
                 for mb in (pl.microbatch * 2, pl.microbatch * 4):
                     out.append(Change(f"{label}, microbatch {pl.microbatch} -> {mb}", "hardware",
                                       {f"cluster.{key}": val, "plan.microbatch": mb}))
+    return out
+
+
+def moe_changes(sc: Scenario) -> list[Change]:
+    """Expert-parallel moves of a MoE plan (issue 13): ep halved or doubled, experts not tensor-split
+    (etp 1), the other token dispatcher, the all-to-all hidden behind compute, fp8 dispatch under fp8.
+    Moves the model's rules refuse (experts % ep, ep*etp dividing tp*cp*dp) are dropped by the caller."""
+    pl = sc.plan
+    out = [Change(f"ep {pl.ep} -> {e}", "plan", {"plan.ep": e}) for e in sorted({max(1, pl.ep // 2), pl.ep * 2} - {pl.ep})]
+    etp = pl.etp if pl.etp is not None else pl.tp
+    if etp > 1:
+        out.append(Change(f"etp {etp} -> 1", "plan", {"plan.etp": 1}))
+    other = "deepep" if pl.moe_dispatcher == "alltoall" else "alltoall"
+    out.append(Change(f"moe_dispatcher {pl.moe_dispatcher} -> {other}", "plan", {"plan.moe_dispatcher": other}))
+    if pl.moe_a2a_overlap < 1.0:
+        out.append(Change(f"moe_a2a_overlap {pl.moe_a2a_overlap:g} -> 1", "plan", {"plan.moe_a2a_overlap": 1.0}))
+    if sc.training.precision == "fp8" and not pl.moe_fp8_dispatch:
+        out.append(Change("moe_fp8_dispatch false -> true", "plan", {"plan.moe_fp8_dispatch": True}))
     return out
 
 

@@ -150,3 +150,40 @@ def test_rented_cluster_is_offered_instance_types_not_upgrades():
     if s["kind"] == "hardware":
         new = load_scenario(s["scenario"])
         assert new.cluster.network_gbps > load_scenario(sc).cluster.network_gbps
+
+
+MOE = {"model": "qwen3-30b-a3b", "training": {"global_batch": 256, "precision": "fp8"},
+       "cluster": {"gpu": "h100-sxm", "gpus": 32},
+       "plan": {"tp": 1, "pp": 1, "ep": 16, "microbatch": 1, "recompute": "selective", "zero": 1}}
+
+
+def test_moe_plan_with_cross_node_experts_is_all_to_all_bound_and_ep_moves_help():
+    """ep 16 on 8-GPU nodes: half of every token's copies cross the network, the all-to-all dominates;
+    explain names it, over the network, and offers the expert-parallel moves, each one the model confirms."""
+    x = explain(MOE)
+    lim = x["limits"]
+    assert lim["limiter"] == "communication" and lim["largest_overhead"]["part"] == "ep_comm"
+    assert x["links"]["ep_comm"] == "network"
+    assert "expert-parallel all-to-all" in lim["reason"]
+    labels = [a["label"] for a in x["alternatives"]]
+    assert "ep 16 -> 8" in labels  # the EP group inside one NVLink domain
+    assert any(lb.startswith("moe_dispatcher alltoall -> deepep") for lb in labels)
+    s = _assert_suggestion_improves(x, MOE)
+    assert s["kind"] in ("plan", "hardware")
+    for a in x["alternatives"]:
+        assert estimate(a["scenario"])["step_time_s"] == pytest.approx(a["step_time_s"])
+    inside = copy.deepcopy(MOE)
+    inside["plan"]["ep"] = 8
+    assert explain(inside)["links"]["ep_comm"] == "NVLink"
+
+
+def test_dense_plans_get_no_expert_moves():
+    from cosearch.explain import neighbours
+    from cosearch.scenario import parse_scenario, scenario_columns
+
+    sc = parse_scenario(BASE)
+    labels = [c.label for c in neighbours(sc, scenario_columns(sc))]
+    assert not any(lb.startswith(("ep ", "etp ", "moe_")) for lb in labels)
+    moe = parse_scenario(MOE)
+    moe_labels = [c.label for c in neighbours(moe, scenario_columns(moe))]
+    assert {"ep 16 -> 8", "ep 16 -> 32", "moe_a2a_overlap 0 -> 1", "moe_fp8_dispatch false -> true"} <= set(moe_labels)

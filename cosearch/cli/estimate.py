@@ -90,7 +90,9 @@ def plan_text(r: dict, pl: dict) -> str:
     pp = "+".join(str(v) for v in r["pp_by_type"].values() if v) if r.get("hetero") == "pipeline" else pl["pp"]
     return (f"tp={pl['tp']} pp={pp} dp={r['dp']} cp={pl['cp']} mb={pl['microbatch']} v={pl['interleave']} "
             f"recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
-            + (f" schedule={pl['schedule']}" if pl.get("schedule") else ""))
+            + (f" schedule={pl['schedule']}" if pl.get("schedule") else "")
+            + (f" ep={pl['ep']} etp={pl.get('etp') or pl['tp']} dispatcher={pl['moe_dispatcher']}"
+               + (" fp8-dispatch" if pl.get("moe_fp8_dispatch") else "") if pl.get("ep", 1) > 1 else ""))
 
 
 def by_type_table(r: dict) -> Table:
