@@ -1,7 +1,7 @@
 """Scenarios over a GPU inventory (``cluster: {inventory: {h100-sxm: 64, a100-80gb: 128}}``, issue 14).
 
 The edge of :mod:`cosearch.model.hetero`: checks the inventory form with one-line errors, turns a
-scenario into the shared and per-type columns, and gives ``estimate`` its outputs and by-type tables.
+scenario into the common and per-type columns, and gives ``estimate`` its outputs and by-type tables.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import CosearchError
 from .model.feasibility import check_scalar
-from .model.hetero import BY_TYPE, HARDWARE_COLUMNS, HETERO_CODES, evaluate_hetero
+from .model.hetero import BY_TYPE, HARDWARE_COLUMNS, HETERO_CODES, common_columns, evaluate_hetero
 from .model.profile import DEFAULT_PROFILE, Profile
 
 from .scenario import (  # noqa: F401 - check_inventory_scenario, gpus_used re-exported
@@ -28,8 +28,8 @@ def inventory_columns(sc: Scenario) -> dict[str, Any]:
     """Arguments of :func:`cosearch.model.hetero.evaluate_hetero` for one scenario."""
     names = list(sc.cluster.inventory)
     stand_in = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"gpu": names[0], "gpus": 1, "inventory": None})})
-    shared = {k: v for k, v in scenario_columns(stand_in).items() if k not in HARDWARE_COLUMNS and k != "gpus"}
-    shared["dp"] = float(sc.plan.dp) if sc.plan.dp is not None else 1.0
+    common = common_columns(scenario_columns(stand_in))
+    common["dp"] = float(sc.plan.dp) if sc.plan.dp is not None else 1.0
     used = gpus_used(sc)
     hws = []
     for n in names:
@@ -39,7 +39,7 @@ def inventory_columns(sc: Scenario) -> dict[str, Any]:
             if used[n]:
                 raise
             hws.append({**type_hardware(n, "bf16"), "peak_tflops": float("nan")})
-    return dict(shared=shared, hardware=hws,
+    return dict(common=common, hardware=hws,
                 use=[float(used[n]) for n in names], mode=float(HETERO_CODES[sc.plan.hetero]), names=names,
                 inventory=[float(sc.cluster.inventory[n]) for n in names])
 
@@ -79,7 +79,7 @@ def _first_error(sc: Scenario, args: dict[str, Any]) -> CosearchError:
     from .model.columns import scalar_columns
 
     for hw, n in zip(args["hardware"], use):  # the homogeneous rules, on each type in use
-        cols = {**args["shared"], **hw, "pp": float(stages), "dp": float(replicas),
+        cols = {**args["common"], **hw, "pp": float(stages), "dp": float(replicas),
                 "gpus": float(pl.tp * pl.cp * stages * replicas), "interleave": float(pl.interleave if data else 1)}
         try:
             if n:
@@ -107,7 +107,7 @@ def inventory_outputs(sc: Scenario, profile: Profile | None = None) -> tuple[dic
 def inventory_link_columns(sc: Scenario) -> dict[str, float]:
     """Columns for :func:`cosearch.explain._links`: the first type's NVLink domain, the plan's sizes."""
     args = inventory_columns(sc)
-    cols = {**args["shared"], **args["hardware"][0]}
+    cols = {**args["common"], **args["hardware"][0]}
     if sc.plan.hetero == "data":
         cols["dp"] = sum(args["use"]) / (sc.plan.tp * sc.plan.pp * sc.plan.cp)
     return cols

@@ -286,18 +286,23 @@ def _metrics(sh, r, hws, use, red_total=None):
     return out
 
 
-def evaluate_hetero(shared: Mapping[str, object], hardware: Sequence[Mapping[str, object]], use: Sequence[object],
+def common_columns(cols: Mapping[str, object]) -> dict[str, object]:
+    """The columns every GPU type of a job shares: all but the per-type :data:`HARDWARE_COLUMNS` and ``gpus``."""
+    return {k: v for k, v in cols.items() if k not in HARDWARE_COLUMNS and k != "gpus"}
+
+
+def evaluate_hetero(common: Mapping[str, object], hardware: Sequence[Mapping[str, object]], use: Sequence[object],
                     mode: object, names: Sequence[str], inventory: Sequence[object] | None = None,
                     profile: Profile = DEFAULT_PROFILE) -> dict[str, np.ndarray]:
     """Metrics of jobs over several GPU types, one row per configuration (no Python loop per row).
 
-    ``shared``: the model/training/plan columns (:data:`~cosearch.model.columns.INPUT_COLUMNS` less the
+    ``common``: the model/training/plan columns (:data:`~cosearch.model.columns.INPUT_COLUMNS` less the
     per-type :data:`HARDWARE_COLUMNS`; ``dp`` is the pipeline composition's replica count, ``pp`` the data
     composition's stage count); ``hardware[t]``: type t's hardware columns; ``use[t]``: its GPUs in use
     (0: unused); ``mode``: :data:`HETERO_CODES`; ``inventory[t]``: GPUs available (more used: invalid).
     Returns every column of :func:`cosearch.model.evaluate` plus ``<by-type key>.<name>`` per type.
     """
-    cols = {k: v for k, v in shared.items() if k not in HARDWARE_COLUMNS and k != "gpus"}
+    cols = common_columns(common)
     cols.setdefault("dp", 1.0)
     K = len(hardware)
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import hardware
 from ..errors import CosearchError
-from ..model.hetero import HARDWARE_COLUMNS, HETERO_CODES
+from ..model.hetero import HARDWARE_COLUMNS, HETERO_CODES, common_columns
 from . import _build
 from ._values import _Cat, _Resolver
 
@@ -40,9 +40,8 @@ def inventory_args(space: "SearchSpace", assign: Mapping[str, Sequence[Any] | np
     cluster = {k: v for k, v in space.base["cluster"].items() if k != "inventory"}
     plan = {k: v for k, v in (space.base.get("plan") or {}).items() if k not in ("gpus_by_type", "hetero")}
     stand_in = dataclasses.replace(space, base={**space.base, "cluster": {**cluster, "gpu": names[0], "gpus": 1}, "plan": plan})
-    shared, _ = _build.columns(stand_in, assign)
-    shared = {k: v for k, v in shared.items() if k not in HARDWARE_COLUMNS and k != "gpus"}
-    shared["dp"] = np.broadcast_to(np.asarray(get.number("plan.dp"), dtype=float), (n,)) if get.has("plan.dp") else 1.0
+    common = common_columns(_build.columns(stand_in, assign)[0])
+    common["dp"] = np.broadcast_to(np.asarray(get.number("plan.dp"), dtype=float), (n,)) if get.has("plan.dp") else 1.0
     prec = get.raw("training.precision", "bf16")
     pidx = prec.lookup(_PRECISIONS.index).astype(np.intp) if isinstance(prec, _Cat) else _PRECISIONS.index(prec)
     hws = []
@@ -57,7 +56,7 @@ def inventory_args(space: "SearchSpace", assign: Mapping[str, Sequence[Any] | np
            for k, name in enumerate(names)]
     mode = get.raw("plan.hetero", "pipeline")
     mode = mode.lookup(lambda x: float(HETERO_CODES[x])) if isinstance(mode, _Cat) else float(HETERO_CODES[mode])
-    return dict(shared=shared, hardware=hws, use=use, mode=mode, names=names, inventory=inv), n
+    return dict(common=common, hardware=hws, use=use, mode=mode, names=names, inventory=inv), n
 
 
 def inventory_template(space: "SearchSpace", template: dict[str, Any]) -> None:
