@@ -40,6 +40,7 @@ from typing import Any, Mapping
 
 from .errors import CosearchError
 from .hf_moe import MAPPED as MOE_MAPPED, moe_fields, text_config
+from .model.window import global_every
 
 FIELD = "model.hf_config"
 #: Largest config.json read (real ones are a few KiB).
@@ -108,11 +109,9 @@ def window_fields(cfg: Mapping[str, Any], mtype: str, layers: int) -> dict[str, 
         sliding = sum(t == "sliding_attention" for t in types)
         if sliding == 0 or window is None:
             return {}
-        full = len(types) - sliding
         out = {"sliding_window": _count(cfg, "sliding_window")}
-        if full:
-            out["global_attention_every"] = max(1, round(layers / full))
-        return out
+        every = global_every(layers, len(types) - sliding)
+        return out if every is None else {**out, "global_attention_every": every}
     if window is None:
         return {}
     if mtype == "gemma2":  # Gemma2DecoderLayer: layer i is sliding iff i is even, so every 2nd (1-based) is global

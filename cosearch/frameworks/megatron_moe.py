@@ -46,6 +46,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from ..errors import CosearchError
+from ..model.window import global_every
 
 #: Switches (store_true) of this module, so that a token after one is not taken for its value.
 SWITCHES = {"--moe-grouped-gemm", "--moe-enable-deepep", "--moe-permute-fusion", "--multi-latent-attention"}
@@ -96,10 +97,10 @@ def _parse_window(seen: Mapping[str, Any], model: dict[str, Any], to_int: Int, l
     if freq is not None and re.fullmatch(r"\d+", str(freq).strip().strip("'\"")):
         model["global_attention_every"] = to_int(seen, "--window-attn-skip-freq", None)
     elif freq is not None:
-        pattern = layer_pattern(freq, layers)  # 1 marks a full-attention layer, as Megatron's skip pattern
-        full = pattern.count(1)
-        if full:
-            model["global_attention_every"] = max(1, round(layers / full))
+        # 1 marks a full-attention layer, as Megatron's skip pattern
+        every = global_every(layers, layer_pattern(freq, layers).count(1))
+        if every is not None:
+            model["global_attention_every"] = every
 
 
 def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, Any], to_int: Int,

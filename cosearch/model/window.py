@@ -39,6 +39,13 @@ def windowed_layer_share(layers, window, every):
     return ops.where(window > 0, (layers - global_layers) / layers, 0.0)
 
 
+def global_every(layers: int, full_layers: int) -> int | None:
+    """``global_attention_every`` of a model whose ``full_layers`` of ``layers`` keep full attention, at
+    whatever positions: every round(L / full)-th, the same share of windowed layers (the model keeps no
+    per-layer list); None when no layer is full (every layer windowed)."""
+    return max(1, round(layers / full_layers)) if full_layers else None
+
+
 def causal_work_fraction(seq_len, window):
     """sum_{i=1..s} min(i, w) / sum_{i=1..s} i: a windowed causal layer's work over a full causal layer's."""
     w = ops.minimum(ops.where(window > 0, window, seq_len), seq_len)
