@@ -92,6 +92,10 @@ class TrainingSpec(_Strict):
         None, ge=1, le=MAX_TOKENS, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
     critical_batch_tokens: Optional[Float] = Field(
         None, ge=1, le=MAX_TOKENS, description="gradient noise scale B_noise in tokens (McCandlish et al. 2018); default infinite")
+    optimizer_states: Literal["fp32", "bf16_moments", "bf16"] = Field(
+        "fp32", description="Adam's states beside the 16-bit weights and gradients: fp32 master + m + v (12 B per "
+        "parameter, mixed precision), bf16_moments (fp32 master, 16-bit m and v: 8 B; DeepSeek-V3, Megatron's "
+        "precision-aware optimizer) or bf16 (no master copy, 16-bit m and v: 4 B; pure-bf16 PyTorch stacks)")
     moe_load_imbalance: Float = Field(DEFAULT_LOAD_IMBALANCE, ge=1.0, le=100.0, description="busiest expert-parallel "
                                       "rank's routed tokens over the mean (issue 13; default: Switch Transformer's capacity factor 1.25)")
 

@@ -309,3 +309,20 @@ def test_live_parameter_cap_is_refused_outside_deepspeed():
                          "plan": {"zero": 3, "zero3_live_params": 1e9}})
     with pytest.raises(CosearchError, match="zero3_live_params"):
         export(sc, "torchtitan")
+
+
+def test_optimizer_states_export_round_trip_and_refusals():
+    base = {"model": "llama3-8b", "cluster": {"gpu": "h100-sxm", "gpus": 8}, "plan": {"zero": 1}}
+    sc = parse_scenario({**base, "training": {"global_batch": 64, "optimizer_states": "bf16_moments"}})
+    toks = megatron.flags(sc)
+    i = toks.index("--use-precision-aware-optimizer")
+    assert toks[i + 1:i + 5] == ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    assert megatron.parse_args(toks, {"gpu": "h100-sxm", "gpus": 8}).training.optimizer_states == "bf16_moments"
+    assert "--use-precision-aware-optimizer" not in megatron.flags(parse_scenario({**base, "training": {"global_batch": 64}}))
+    mixed = toks[:i] + ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16"] + toks[i + 5:]
+    with pytest.raises(CosearchError, match="exp-avg-dtype"):  # one moment in fp32: neither mode the model has
+        megatron.parse_args(mixed, {"gpu": "h100-sxm", "gpus": 8})
+    pure = parse_scenario({**base, "training": {"global_batch": 64, "optimizer_states": "bf16"}})
+    for fn in (megatron.flags, deepspeed.config):
+        with pytest.raises(CosearchError, match="training.optimizer_states.*allowed"):
+            fn(pure)

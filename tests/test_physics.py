@@ -1,6 +1,8 @@
 """Hand-computed and published numbers for the model's physics, independent of the catalog."""
+import numpy as np
 import pytest
 
+from cosearch import estimate
 from cosearch.model import communication as comm
 from cosearch.model import flops as fl
 from cosearch.model import memory as mem
@@ -45,6 +47,33 @@ def test_adam_bytes_per_parameter_and_zero_paper_figure1():
     assert sum(mem.model_state_bytes(psi, 1, nd, 0)) / 1e9 == pytest.approx(31.4, abs=0.05)
     assert sum(mem.model_state_bytes(psi, 2, nd, 0)) / 1e9 == pytest.approx(16.6, abs=0.05)
     assert sum(mem.model_state_bytes(psi, 3, nd, 0)) / 1e9 == pytest.approx(1.9, abs=0.05)
+
+
+def test_optimizer_state_precisions_by_hand():
+    # 1e9 parameters, no sharding: 16-bit weights and gradients (2 + 2 B) plus the optimizer states:
+    # fp32 master + m + v 12 B; fp32 master + bf16 m, v 8 B (DeepSeek-V3 sec. 3.3.3); bf16 m, v only 4 B.
+    for code, total in ((0, 16e9), (1, 12e9), (2, 8e9)):
+        opt = mem.optimizer_state_bytes(np.float64(code))
+        assert sum(mem.model_state_bytes(1e9, 0, 1, 0, optimizer_bytes=opt)) == total
+    # ZeRO-1 over 8 divides only the optimizer share: 4 + 8/8 = 5 B per parameter with bf16 moments
+    opt = mem.optimizer_state_bytes(np.array([1.0]))
+    assert sum(mem.model_state_bytes(1e9, 1, 8, 0, optimizer_bytes=opt))[0] == pytest.approx(5e9)
+    # Adam's traffic per owned parameter: 2(2+4+4+4), 2(2+4+2+2), read 4 x 2 B + write 3 x 2 B
+    assert [mem.optimizer_traffic_bytes(np.float64(c)) for c in (0, 1, 2)] == [28.0, 20.0, 14.0]
+
+
+def test_optimizer_states_change_memory_and_update_time_only():
+    base = {"model": "llama3-8b", "training": {"global_batch": 64}, "cluster": {"gpu": "h100-sxm", "gpus": 8},
+            "plan": {"zero": 1}}
+    out = {o: estimate({**base, "training": {"global_batch": 64, "optimizer_states": o}})
+           for o in ("fp32", "bf16_moments", "bf16")}
+    opt = [out[o]["memory_breakdown_gib"]["optimizer"] for o in ("fp32", "bf16_moments", "bf16")]
+    assert opt[0] / opt[1] == pytest.approx(12 / 8) and opt[0] / opt[2] == pytest.approx(12 / 4)
+    upd = [out[o]["breakdown_s"]["optimizer"] for o in ("fp32", "bf16_moments", "bf16")]
+    assert upd[0] / upd[1] == pytest.approx(28 / 20) and upd[0] / upd[2] == pytest.approx(28 / 14)
+    for o in ("bf16_moments", "bf16"):  # nothing else moves
+        assert out[o]["memory_breakdown_gib"]["weights"] == out["fp32"]["memory_breakdown_gib"]["weights"]
+        assert out[o]["breakdown_s"]["compute"] == out["fp32"]["breakdown_s"]["compute"]
 
 
 def test_ring_all_reduce_time_hand_computed():

@@ -9,6 +9,14 @@ def refuse(field: str, reason: str) -> CosearchError:
     return CosearchError(field, reason)
 
 
+def check_optimizer_states(sc: Scenario, framework: str, allowed: tuple[str, ...] = ("fp32",)) -> None:
+    """Refuse a ``training.optimizer_states`` the framework's configuration cannot express (one line)."""
+    states = sc.training.optimizer_states
+    if states not in allowed:
+        raise refuse("training.optimizer_states", f"{states}: no {framework} setting is mapped for it here; "
+                     f"allowed: {', '.join(allowed)}")
+
+
 def layout(sc: Scenario, framework: str) -> dict[str, int]:
     """dp, gradient-accumulation steps and nodes of a plan that a launcher can run as written.
 

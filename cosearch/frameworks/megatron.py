@@ -65,7 +65,7 @@ from typing import Any, Mapping
 
 from ..errors import CosearchError
 from ..scenario import Scenario, parse_scenario
-from ._common import hybrid, layout, megatron_core_schedule, refuse
+from ._common import check_optimizer_states, hybrid, layout, megatron_core_schedule, refuse
 from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe
 
 VERSION = "Megatron-LM core_r0.14.0"
@@ -111,6 +111,9 @@ def flags(sc: Scenario) -> list[str]:
         out += ["--recompute-granularity", "selective"]
     elif pl.recompute == "full":
         out += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
+    check_optimizer_states(sc, "Megatron-LM", ("fp32", "bf16_moments"))
+    if t.optimizer_states == "bf16_moments":  # Megatron-Core's precision-aware optimizer, fp32 main params
+        out += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     if pl.zero == 1:
         out += ["--use-distributed-optimizer"]
     elif pl.zero >= 2:
@@ -241,6 +244,7 @@ _SWITCHES = {
     "--overlap-grad-reduce", "--tp-comm-overlap", "--recompute-activations", "--use-flash-attn",
     "--multi-latent-attention", "--cpu-offloading", "--optimizer-cpu-offload", "--use-torch-fsdp2",
     "--no-overlap-grad-reduce", "--use-mcore-models", "--disable-bias-linear", "--overlap-param-gather",
+    "--use-precision-aware-optimizer",
 } | _MOE_SWITCHES
 
 
@@ -372,6 +376,12 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     global_batch = _int(seen, "--global-batch-size", micro * dp)
     training: dict[str, Any] = {"global_batch": global_batch, "precision": precision, "attention": attention,
                                 "dropout": dropout}
+    moments = {str(seen.get(f, "fp32")) for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")}
+    if "--use-precision-aware-optimizer" in seen and moments != {"fp32"}:
+        if not moments <= {"bf16", "fp16"} or str(seen.get("--main-params-dtype", "fp32")) != "fp32":
+            raise CosearchError("--exp-avg-dtype", "cosearch models fp32 main params with both Adam moments in fp32 "
+                                "or both in 16 bits (--exp-avg-dtype and --exp-avg-sq-dtype bf16 or fp16)")
+        training["optimizer_states"] = "bf16_moments"
     if "--train-samples" in seen:
         training["tokens"] = float(_int(seen, "--train-samples") * seq)
     elif "--train-iters" in seen:

@@ -12,6 +12,7 @@ import numpy as np
 from .burst import DEFAULT_INTERFERENCE
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
+from .memory import OPTIMIZER_STATE_CODES
 from .schedules import SCHEDULE_CODES
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
@@ -31,7 +32,7 @@ EFFICIENCY_COLUMNS = ("matmul_efficiency", "matmul_efficiency_fp8", "legacy_atte
 CATEGORICAL_CODES: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
     "offload": OFFLOAD_CODES, "tp_collective": COLLECTIVE_CODES, "dp_collective": COLLECTIVE_CODES,
-    "schedule": SCHEDULE_CODES,
+    "schedule": SCHEDULE_CODES, "optimizer_states": OPTIMIZER_STATE_CODES,
 }
 
 #: Input columns and their defaults (None: required).
@@ -43,6 +44,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     # training
     "global_batch": None, "precision": 0.0, "tokens": np.nan, "attention": 0.0,
     "dropout": 0.0,                   # 1: dropout layers on (GPT-3, Megatron-LM 2019-22); their masks are kept
+    "optimizer_states": 0.0,          # memory.OPTIMIZER_STATE_CODES: 0 fp32 master + m + v, 1 bf16 moments, 2 pure bf16
     "target_tokens": np.nan,          # E_min: tokens to the target loss at a tiny batch (time-to-accuracy)
     "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
     # hardware (resolved from the catalog plus overrides)

@@ -38,9 +38,6 @@ from .profile import DEFAULT_PROFILE, Profile
 from .training import SECONDS_PER_DAY, training_metrics  # noqa: F401 - SECONDS_PER_DAY re-exported
 from .layer import dense_layer, gemm_forward_s
 
-#: Bytes the Adam update reads and writes per parameter it owns (fp32 weight, m, v read+write,
-#: 16-bit gradient read, 16-bit weight copy write): 2*(4+4+4+2).
-OPTIMIZER_TRAFFIC_BYTES = 28.0
 #: Bytes per logit element held for the loss on the last stage: the 16-bit logits and the fp32
 #: softmax kept for the backward, whose gradient is written in place (Megatron-Core
 #: vocab_parallel_cross_entropy).
@@ -353,7 +350,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     owned = params_stage / ops.where(zero >= 1, opt_group, 1.0)
     if ext is not None:
         owned = owned + experts_stage / ops.where(zero >= 1, ext.edp, 1.0)
-    optimizer = owned * OPTIMIZER_TRAFFIC_BYTES / hbm_Bps
+    opt_code = c["optimizer_states"]
+    opt_B, opt_traffic = mem.optimizer_state_bytes(opt_code), mem.optimizer_traffic_bytes(opt_code)
+    optimizer = owned * opt_traffic / hbm_Bps
     if any_offload:
         # ZeRO-Offload: gradient shards go down while the reduction runs (other link, same window),
         # the tier runs Adam, updated 16-bit weights come back (not when weights live in the tier).
@@ -362,7 +361,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         chain_exposed = ops.maximum(ops.maximum(dp_total, grad_down) - hide_b, 0.0)
         upload = xp.transfer_s(ops.where(down_only, owned * (mem.WEIGHT_BYTES + fp8), 0.0), exp_Bps)
         offload_end = chain_exposed - dp_exposed + upload
-        optimizer = ops.where(off_opt, xp.transfer_s(owned * OPTIMIZER_TRAFFIC_BYTES, exp_Bps), optimizer)
+        optimizer = ops.where(off_opt, xp.transfer_s(owned * opt_traffic, exp_Bps), optimizer)
     else:
         offload_end = 0.0
 
@@ -380,10 +379,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     div_experts = None if ext is None else mem.state_divisors(zero, ext.edp)
 
     def states(params, experts_key):
-        w_, g_, o_ = mem.model_state_bytes(params, zero, opt_group, fp8, div_dense)
+        w_, g_, o_ = mem.model_state_bytes(params, zero, opt_group, fp8, div_dense, opt_B)
         if ext is None:
             return w_, g_, o_
-        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8, div_experts)
+        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8, div_experts, opt_B)
         return w_ + we, g_ + ge, o_ + oe
     logits_buf = tok * (V / tp) * LOGIT_BYTES
     # gathered ZeRO-3 parameters: PyTorch FSDP holds the current and the prefetched wrapped layer;

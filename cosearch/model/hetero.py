@@ -31,7 +31,7 @@ from . import communication as comm
 from . import flops as fl
 from . import memory as mem
 from .columns import EFFICIENCY_COLUMNS, INPUT_COLUMNS
-from .evaluate import BREAKDOWN_KEYS, OPTIMIZER_TRAFFIC_BYTES, evaluate, evaluate_parts
+from .evaluate import BREAKDOWN_KEYS, evaluate, evaluate_parts
 from .pipeline import bubble_slots
 from .profile import DEFAULT_PROFILE, Profile
 from .split import balanced_split
@@ -97,7 +97,8 @@ def _pipeline(sh, hws, use, p: Profile):
     last_type = np.zeros(n, dtype=np.intp)
     for k in order:
         last_type = np.where(used[k], k, last_type)
-    sb = sum(mem.model_state_bytes(1.0, sh["zero"], q0["opt_group"], sh["precision"]))  # bytes per parameter
+    opt_B = mem.optimizer_state_bytes(sh["optimizer_states"])
+    sb = sum(mem.model_state_bytes(1.0, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B))  # bytes per parameter
     lp, emb, act, work = q0["layer_params"], q0["emb_params"], q0["act_layer_bytes"], q0["working_bytes"]
     g_type, g_count, g_rank, g_last = [], [], [], []
     for k in order:
@@ -130,7 +131,7 @@ def _pipeline(sh, hws, use, p: Profile):
     valid &= ok
     # memory of each group's worst stage (its first rank, n_g layers)
     params = n_g * lp + first * emb + last * emb
-    wb, gb, ob = mem.model_state_bytes(params, sh["zero"], q0["opt_group"], sh["precision"])
+    wb, gb, ob = mem.model_state_bytes(params, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B)
     act_b = mem.inflight_layers(n_g, P, 1.0, m, rank=rank) * act + work + last * q0["logits_bytes"]
     tot = np.where(cnt > 0, wb + gb + ob + act_b, 0.0)
     fits_g = (tot <= usable) | (cnt <= 0)
@@ -143,7 +144,7 @@ def _pipeline(sh, hws, use, p: Profile):
         red = np.where(dp * cp > 1, red, 0.0)
         hide = p.dp_overlap * sh["overlap_grad_reduce"] * (n_g * parts[k]["layer_back_s"] + last * parts[k]["logits_back_s"])
         exp_k = np.maximum(red - hide, 0.0)
-        opt_k = params / np.where(sh["zero"] >= 1, q0["opt_group"], 1.0) * OPTIMIZER_TRAFFIC_BYTES / parts[k]["hbm_Bps"]
+        opt_k = params / np.where(sh["zero"] >= 1, q0["opt_group"], 1.0) * mem.optimizer_traffic_bytes(sh["optimizer_states"]) / parts[k]["hbm_Bps"]
         dp_exp = np.where(ty == k, exp_k, dp_exp)
         end = np.where(ty == k, exp_k + opt_k, end)
     end = np.where(cnt > 0, end, -np.inf)

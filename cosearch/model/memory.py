@@ -3,7 +3,8 @@
 Model states follow ZeRO (Rajbhandari et al. 2020): mixed-precision Adam keeps 16-bit weights (2 B)
 and gradients (2 B) plus fp32 master weights, momentum and variance (12 B) per parameter; ZeRO
 stage 1 shards the 12 B, stage 2 also the gradients, stage 3 (FSDP) also the weights, over the
-sharding group.
+sharding group. ``training.optimizer_states`` narrows the 12 B (:data:`OPTIMIZER_STATE_BYTES`): 16-bit
+moments beside the fp32 master (8 B), or pure 16-bit training with no master copy (4 B).
 
 Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", eqs. 1-6), generalized to grouped-query attention, any MLP width, gated MLPs, dropout off and
@@ -30,6 +31,34 @@ GIB = float(2**30)
 WEIGHT_BYTES = 2.0
 GRAD_BYTES = 2.0
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam momentum + variance
+#: ``training.optimizer_states`` words and their codes (the model column ``optimizer_states``).
+OPTIMIZER_STATE_CODES = {"fp32": 0, "bf16_moments": 1, "bf16": 2}
+#: Optimizer-state bytes per parameter by code, beside the 16-bit weights and gradients:
+#: fp32 -- fp32 master, m and v (mixed-precision Adam, Micikevicius et al. 2018; Megatron's default);
+#: bf16_moments -- fp32 master, 16-bit m and v (DeepSeek-V3, arXiv 2412.19437 sec. 3.3.3 "BF16 ... to track
+#: the first and second moments"; Megatron-Core's precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype
+#: bf16); bf16 -- no master copy, 16-bit m and v (parameters created in bf16 and torch.optim.Adam keeping its
+#: states in the parameters' dtype: NeMo AutoModel's MoE models, ``initialize_weights(dtype=torch.bfloat16)``).
+OPTIMIZER_STATE_BYTES = (12.0, 8.0, 4.0)
+#: Bytes the Adam update reads and writes per parameter it owns, by code: fp32 reads the 16-bit gradient and
+#: the fp32 master, m, v and writes the last three and the 16-bit weight, 2*(2+4+4+4) = 28; bf16_moments
+#: 2*(2+4+2+2) = 20; bf16 reads gradient, weight, m, v and writes the last three, 8 + 6 = 14.
+OPTIMIZER_TRAFFIC_BYTES = (28.0, 20.0, 14.0)
+
+
+def optimizer_state_bytes(code):
+    """Optimizer-state bytes per parameter of the ``optimizer_states`` code(s) (:data:`OPTIMIZER_STATE_BYTES`)."""
+    if not ops.any(code > 0):  # every row fp32: the constant (the common case costs nothing)
+        return OPTIMIZER_BYTES
+    return ops.where(code >= 2, OPTIMIZER_STATE_BYTES[2], ops.where(code >= 1, OPTIMIZER_STATE_BYTES[1], OPTIMIZER_BYTES))
+
+
+def optimizer_traffic_bytes(code):
+    """HBM bytes of one Adam update per owned parameter (:data:`OPTIMIZER_TRAFFIC_BYTES`)."""
+    t = OPTIMIZER_TRAFFIC_BYTES
+    if not ops.any(code > 0):
+        return t[0]
+    return ops.where(code >= 2, t[2], ops.where(code >= 1, t[1], t[0]))
 
 
 def state_divisors(zero, shard_group):
@@ -39,16 +68,17 @@ def state_divisors(zero, shard_group):
     return ops.where(zero >= 3, shard, 1.0), ops.where(zero >= 2, shard, 1.0), ops.where(zero >= 1, shard, 1.0)
 
 
-def model_state_bytes(params_local, zero, shard_group, fp8, divisors=None):
+def model_state_bytes(params_local, zero, shard_group, fp8, divisors=None, optimizer_bytes=OPTIMIZER_BYTES):
     """(weights, gradients, optimizer) bytes of ``params_local`` parameters under ZeRO stage ``zero``;
-    ``divisors``: :func:`state_divisors` of (``zero``, ``shard_group``) where already known.
+    ``divisors``: :func:`state_divisors` of (``zero``, ``shard_group``) where already known;
+    ``optimizer_bytes``: optimizer states per parameter (:func:`optimizer_state_bytes`).
 
     FP8 training (Transformer Engine) keeps an extra 1-byte copy of the weights.
     """
     div_w, div_g, div_o = divisors or state_divisors(zero, shard_group)
     weights = params_local * (WEIGHT_BYTES + fp8) / div_w
     grads = params_local * GRAD_BYTES / div_g
-    optimizer = params_local * OPTIMIZER_BYTES / div_o
+    optimizer = params_local * optimizer_bytes / div_o
     return weights, grads, optimizer
 
 
