@@ -59,6 +59,33 @@ def prefetching_fsdp(sharding: str, framework: str) -> bool:
             or any(k in f for k in ("jax", "maxtext", "xla", "paxml", "pax ")))
 
 
+def attention_kernel(framework: str, legacy: bool) -> str:
+    """``training.attention`` of a row's stack: unfused for the pre-2022 Megatron-LM runs (``legacy``), the 2023
+    Triton kernel where the framework names Triton (llm-foundry), FlashAttention-2's rate ("flash2") for PyTorch
+    FlexAttention (a Triton template: "90 % of FlashAttention2's performance in the forward pass and 85 % in the
+    backward", PyTorch blog "FlexAttention", 2024-08-07), else the GPU's own fused kernel."""
+    f = framework.lower()
+    if legacy:
+        return "standard"
+    if "flexattention" in f or "flex attention" in f:
+        return "flash2"
+    return "triton" if "triton" in f else "flash"
+
+
+def optimizer_states(sharding: str, framework: str) -> str:
+    """``training.optimizer_states`` of a row: "bf16_moments" where its sharding cell states 16-bit optimizer
+    states or moments (Megatron's precision-aware optimizer, DeepSeek-V3's BF16 moments), "bf16" for NeMo
+    AutoModel (its MoE models are created in bf16 and torch.optim.Adam keeps its states in the parameters'
+    dtype: ``initialize_weights(dtype=torch.bfloat16)``, ``cast_model_to_dtype``), else "fp32" (fp32 master,
+    m and v). A fact of the stack or of the stated cell, not of the row's speed."""
+    s, f = sharding.lower(), framework.lower()
+    if "automodel" in f:
+        return "bf16"
+    if "bf16 optimizer state" in s or "bf16 moment" in s:
+        return "bf16_moments"
+    return "fp32"
+
+
 def zero_stage(sharding: str, megatron_core: bool) -> int:
     """The ZeRO stage a ``dp_sharding`` cell names: an explicit stage ("ZeRO-1", "zero stage 2"), FSDP
     (FULL_SHARD, FSDP2 ``fully_shard``, HYBRID_SHARD/HSDP: 3; SHARD_GRAD_OP: 2), Megatron's distributed

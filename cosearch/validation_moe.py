@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import _num, _recompute, _stated, gpu_id, precision_of, prefetching_fsdp, zero_stage
+from ._cells import (_num, _recompute, _stated, attention_kernel, gpu_id, optimizer_states, precision_of,
+                     prefetching_fsdp, zero_stage)
 from .presets import preset
 
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
@@ -194,7 +195,10 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     sched = get("schedule")
     if isinstance(sched, str) and sched:
         plan_fixed["schedule"] = sched
+    states = "bf16_moments" if deepseek_own else optimizer_states(sharding, framework)  # sec. 3.3.3: BF16 moments
     training = {"global_batch": _int(get("global_batch_size")), "precision": "fp8" if fp8 else "bf16",
+                "optimizer_states": states,
+                "attention": attention_kernel(framework, False),
                 "moe_load_imbalance": 1.0 if "force-balanced" in routing and "not force" not in routing else None}
     if training["moe_load_imbalance"] is None:
         del training["moe_load_imbalance"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cosearch._cells import gpu_id, hybrid_shard_group, legacy_megatron, precision_of, source_year, zero_stage
+from cosearch._cells import (attention_kernel, gpu_id, hybrid_shard_group, legacy_megatron, optimizer_states, precision_of,
+                             source_year, zero_stage)
 from cosearch.validation import MODERN_PATH, _architecture, build_candidates, row_scenarios, validation_table
 
 
@@ -99,6 +100,17 @@ def test_stack_facts_of_pytorch_native_and_jax_rows():
     legacy = row_scenarios(_modern_row(framework="Megatron-LM", source="Korthikanti et al. 2022 (arXiv 2205.05198)",
                                        source_id="S99"))[0]
     assert legacy["training"]["attention"] == "standard" and legacy["plan"]["overlap_grad_reduce"] is False
+
+
+def test_optimizer_states_and_attention_kernels_of_a_stack():
+    assert optimizer_states("FSDP2 (fully_shard over 8 data-parallel ranks)", "NeMo AutoModel (PyTorch FSDP2)") == "bf16"
+    assert optimizer_states("distributed optimizer (ZeRO-1), BF16 optimizer states", "Megatron-Core + TE") == "bf16_moments"
+    assert optimizer_states("FSDP2", "torchtitan (PyTorch FSDP2)") == "fp32"      # fp32 master weights
+    assert optimizer_states("distributed optimizer", "Megatron-Bridge / Megatron-Core") == "fp32"
+    assert attention_kernel("NeMo AutoModel (TE; DeepEP dispatcher, FlexAttention)", False) == "flash2"
+    assert attention_kernel("Composer/llm-foundry (PyTorch FSDP, Triton/Flash attention, ALiBi)", False) == "triton"
+    assert attention_kernel("Megatron-LM", True) == "standard"
+    assert attention_kernel("Megatron-Core + TE", False) == "flash"
 
 
 def test_one_odd_row_is_left_out_with_its_reason():

@@ -76,7 +76,8 @@ def test_every_stated_time_matches_every_stated_throughput(runs):
 def test_flops_per_token_is_consistent_within_each_model(runs):
     """Transcription check: Megatron's model FLOPs per token depend only on the model (and seq, MTP), so
     TFLOP/s over tokens/s is one number per model; the one row its source misprints is marked low."""
-    seq4k = runs[(runs.seq_len == 4096) & runs.implied_flops_per_token.notna() & (runs.source_id != "S26")]
+    # S28 (NeMo AutoModel) counts with its own formulas: GPT-OSS-120B 3.03e10 per token against Megatron's 2.72e10
+    seq4k = runs[(runs.seq_len == 4096) & runs.implied_flops_per_token.notna() & ~runs.source_id.isin(["S26", "S28"])]
     for (model, mtp), grp in seq4k.groupby(["model", seq4k.mtp_layers.fillna(0)]):
         med = grp.implied_flops_per_token.median()
         off = (grp.implied_flops_per_token / med - 1).abs() > 0.01
