@@ -97,8 +97,9 @@ def _pipeline(sh, hws, use, p: Profile):
     last_type = np.zeros(n, dtype=np.intp)
     for k in order:
         last_type = np.where(used[k], k, last_type)
-    opt_B = mem.optimizer_state_bytes(sh["optimizer_states"])
-    sb = sum(mem.model_state_bytes(1.0, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B))  # bytes per parameter
+    states = sh["optimizer_states"]
+    opt_B, opt_traffic = mem.optimizer_state_bytes(states), mem.optimizer_traffic_bytes(states)
+    sb = sum(mem.model_state_bytes(1.0, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B))  # per param
     lp, emb, act, work = q0["layer_params"], q0["emb_params"], q0["act_layer_bytes"], q0["working_bytes"]
     g_type, g_count, g_rank, g_last = [], [], [], []
     for k in order:
@@ -144,7 +145,7 @@ def _pipeline(sh, hws, use, p: Profile):
         red = np.where(dp * cp > 1, red, 0.0)
         hide = p.dp_overlap * sh["overlap_grad_reduce"] * (n_g * parts[k]["layer_back_s"] + last * parts[k]["logits_back_s"])
         exp_k = np.maximum(red - hide, 0.0)
-        opt_k = params / np.where(sh["zero"] >= 1, q0["opt_group"], 1.0) * mem.optimizer_traffic_bytes(sh["optimizer_states"]) / parts[k]["hbm_Bps"]
+        opt_k = params / np.where(sh["zero"] >= 1, q0["opt_group"], 1.0) * opt_traffic / parts[k]["hbm_Bps"]
         dp_exp = np.where(ty == k, exp_k, dp_exp)
         end = np.where(ty == k, exp_k + opt_k, end)
     end = np.where(cnt > 0, end, -np.inf)
