@@ -74,14 +74,15 @@ def attention_kernel(framework: str, legacy: bool) -> str:
 
 def optimizer_states(sharding: str, framework: str) -> str:
     """``training.optimizer_states`` of a row: "bf16_moments" where its sharding cell states 16-bit optimizer
-    states or moments (Megatron's precision-aware optimizer, DeepSeek-V3's BF16 moments), "bf16" for NeMo
+    states or moments (Megatron's precision-aware optimizer) and for DeepSeek's HAI-LLM (DeepSeek-V3 tracks
+    Adam's moments in BF16, arXiv 2412.19437 sec. 3.3.3), "bf16" for NeMo
     AutoModel (its MoE models are created in bf16 and torch.optim.Adam keeps its states in the parameters'
     dtype: ``initialize_weights(dtype=torch.bfloat16)``, ``cast_model_to_dtype``), else "fp32" (fp32 master,
     m and v). A fact of the stack or of the stated cell, not of the row's speed."""
     s, f = sharding.lower(), framework.lower()
     if "automodel" in f:
         return "bf16"
-    if "bf16 optimizer state" in s or "bf16 moment" in s:
+    if "bf16 optimizer state" in s or "bf16 moment" in s or "hai-llm" in f:  # HAI-LLM: arXiv 2412.19437 sec. 3.3.3
         return "bf16_moments"
     return "fp32"
 
@@ -151,9 +152,10 @@ def legacy_megatron(source_id: Any, source: Any, framework: str) -> bool:
 
 def megatron_core_stack(framework: str) -> bool:
     """Whether a ``framework`` cell names a Megatron-Core stack (Megatron-Core itself, NeMo, Megatron-Bridge),
-    whose defaults (distributed optimizer, SP with TP, flash attention) the validation applies."""
+    whose defaults (distributed optimizer, SP with TP, flash attention) the validation applies. NeMo
+    AutoModel is NeMo's PyTorch-native (FSDP2) library, not a Megatron-Core stack."""
     f = framework.lower()
-    return any(k in f for k in ("nemo", "megatron-core", "mcore", "bridge"))
+    return "automodel" not in f and any(k in f for k in ("nemo", "megatron-core", "mcore", "bridge"))
 
 
 def causal_flops_count(convention: Any, source: Any, framework: Any) -> bool:

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import (_num, _recompute, _stated, attention_kernel, gpu_id, optimizer_states, precision_of,
-                     prefetching_fsdp, zero_stage)
+from ._cells import (_num, _recompute, _stated, attention_kernel, gpu_id, megatron_core_stack, optimizer_states,
+                     precision_of, prefetching_fsdp, zero_stage)
 from .presets import preset
 
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
@@ -161,7 +161,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     if gpu is None or _num(get("num_gpus")) is None:
         return None
     framework, source = str(get("framework")).lower(), str(get("source_id"))
-    megatron_core = "nemo" in framework or "megatron" in framework
+    megatron_core = megatron_core_stack(framework)
     fp8 = precision_of(get("precision"), gpu) == "fp8"
     tp, pp = _int(get("tp"), 1), _int(get("pp"), 1)
     sharding = str(get("dp_sharding")).lower()
@@ -195,9 +195,8 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     sched = get("schedule")
     if isinstance(sched, str) and sched:
         plan_fixed["schedule"] = sched
-    states = "bf16_moments" if deepseek_own else optimizer_states(sharding, framework)  # sec. 3.3.3: BF16 moments
     training = {"global_batch": _int(get("global_batch_size")), "precision": "fp8" if fp8 else "bf16",
-                "optimizer_states": states,
+                "optimizer_states": optimizer_states(sharding, framework),
                 "attention": attention_kernel(framework, False),
                 "moe_load_imbalance": 1.0 if "force-balanced" in routing and "not force" not in routing else None}
     if training["moe_load_imbalance"] is None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cosearch._cells import (attention_kernel, gpu_id, hybrid_shard_group, legacy_megatron, optimizer_states, precision_of,
-                             source_year, zero_stage)
+from cosearch._cells import (attention_kernel, gpu_id, hybrid_shard_group, legacy_megatron, megatron_core_stack,
+                             optimizer_states, precision_of, source_year, zero_stage)
 from cosearch.validation import MODERN_PATH, _architecture, build_candidates, row_scenarios, validation_table
 
 
@@ -107,6 +107,10 @@ def test_optimizer_states_and_attention_kernels_of_a_stack():
     assert optimizer_states("distributed optimizer (ZeRO-1), BF16 optimizer states", "Megatron-Core + TE") == "bf16_moments"
     assert optimizer_states("FSDP2", "torchtitan (PyTorch FSDP2)") == "fp32"      # fp32 master weights
     assert optimizer_states("distributed optimizer", "Megatron-Bridge / Megatron-Core") == "fp32"
+    assert optimizer_states("ZeRO-1", "HAI-LLM (DeepSeek in-house)") == "bf16_moments"  # DeepSeek-V3 sec. 3.3.3
+    # NeMo AutoModel is NeMo's PyTorch-native library: none of Megatron-Core's defaults apply to it
+    assert not megatron_core_stack("NeMo AutoModel (PyTorch FSDP2 + expert parallel)")
+    assert megatron_core_stack("NeMo (Megatron-Core), alltoall dispatcher")
     assert attention_kernel("NeMo AutoModel (TE; DeepEP dispatcher, FlexAttention)", False) == "flash2"
     assert attention_kernel("Composer/llm-foundry (PyTorch FSDP, Triton/Flash attention, ALiBi)", False) == "triton"
     assert attention_kernel("Megatron-LM", True) == "standard"
