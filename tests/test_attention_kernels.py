@@ -114,3 +114,33 @@ def test_blackwell_ultra_softmax_speeds_up_attention_only():
     saved_s = _step_s("gb200", "flash") - _step_s("gb300", "flash")
     assert saved_s == pytest.approx(flops / rate_gb200 - flops / rate_gb300, rel=1e-9)
     assert hardware.gpu("b200")["attention_speedup"] == 1.0
+
+
+def test_head_width_factor_by_hand():
+    from cosearch.model.compute import attention_head_width_factor as factor
+    r = 989.4 / 3.9  # H100 matmul FLOP/s per exponential/s (FlashAttention-3, sec. 3.1)
+    # time per score ~ 1 + r / (2 (d_qk + d_v)): 512 matmul FLOPs per score at width 128, 256 at 64
+    assert factor(64.0, 64.0) == pytest.approx((1 + r / 512) / (1 + r / 256))
+    assert factor(64.0, 64.0) == pytest.approx(0.751, abs=1e-3)
+    assert factor(96.0, 96.0) == pytest.approx((1 + r / 512) / (1 + r / 384))
+    for wide in ((128.0, 128.0), (192.0, 128.0), (256.0, 256.0)):  # capped: not faster than at 128
+        assert factor(*wide) == 1.0
+
+
+def test_narrow_heads_pay_the_softmax():
+    # hidden 2048 as 32 heads of 64 instead of 16 of 128: the same FLOPs and parameters, only the
+    # fused attention runs at 0.751 of its rate
+    from cosearch.model.compute import attention_head_width_factor as factor
+
+    def step(heads):
+        sc = {"model": {"layers": LAYERS, "hidden": HIDDEN, "heads": heads, "ffn_hidden": 4 * HIDDEN, "vocab": 32000,
+                        "seq_len": SEQ},
+              "training": {"global_batch": 1, "precision": "bf16"},
+              "cluster": {"gpu": "h100-sxm", "gpus": 1}, "plan": {"microbatch": 1, "recompute": "none"}}
+        return cosearch.estimate(sc)["step_time_s"]
+
+    p = DEFAULT_PROFILE
+    rate = 989.4e12 * hardware.gpu("h100-sxm")["matmul_efficiency"] * p.matmul_scale * p.flash_attention_relative
+    flops = _attention_flops_per_step()
+    expected_extra_s = flops / (rate * factor(64.0, 64.0)) - flops / rate
+    assert step(32) - step(16) == pytest.approx(expected_extra_s, rel=1e-6)

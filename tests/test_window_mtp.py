@@ -2,6 +2,7 @@
 invariants of the step time, the fields read from Hugging Face configs and Megatron-LM flags."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import yaml
 
@@ -16,11 +17,23 @@ from tests.conftest import run_cli
 
 
 def test_causal_work_fraction_by_hand():
-    # s = 8, w = 3: keys per query 1, 2, 3, 3, 3, 3, 3, 3 = 21 of 1 + ... + 8 = 36
-    assert win.causal_work_fraction(8.0, 3.0) == pytest.approx(21.0 / 36.0)
-    assert win.causal_work_fraction(8.0, 8.0) == pytest.approx(1.0)
-    assert win.causal_work_fraction(8.0, 100.0) == pytest.approx(1.0)  # a window past the sequence: no saving
-    assert win.causal_work_fraction(8.0, 0.0) == pytest.approx(1.0)    # no window
+    # pairs (block 1): s = 8, w = 3: keys per query 1, 2, 3, 3, 3, 3, 3, 3 = 21 of 1 + ... + 8 = 36
+    assert win.causal_work_fraction(8.0, 3.0, block=1.0) == pytest.approx(21.0 / 36.0)
+    assert win.causal_work_fraction(8.0, 8.0, block=1.0) == pytest.approx(1.0)
+    assert win.causal_work_fraction(8.0, 100.0, block=1.0) == pytest.approx(1.0)  # a window past the sequence
+    assert win.causal_work_fraction(8.0, 0.0, block=1.0) == pytest.approx(1.0)    # no window
+    # 128-row tiles: s = 1024 is 8 query blocks (36 causal tiles); w = 128 needs the diagonal block and the
+    # one before (1 + 7 * 2 = 15 tiles), and so does w = 129 (query i*128 reaches back to key (i - 1) * 128);
+    # w = 130 reaches a third block (1 + 2 + 6 * 3 = 21)
+    assert win.causal_work_fraction(1024.0, 128.0) == pytest.approx(15.0 / 36.0)
+    assert win.causal_work_fraction(1024.0, 129.0) == pytest.approx(15.0 / 36.0)
+    assert win.causal_work_fraction(1024.0, 130.0) == pytest.approx(21.0 / 36.0)
+    assert win.causal_work_fraction(100.0, 8.0) == pytest.approx(1.0)  # one block: nothing to skip
+    # tiles never count less work than the exact pairs, and the fraction grows with the window
+    s = np.full(6, 4096.0)
+    w = np.array([1.0, 64.0, 128.0, 1000.0, 2048.0, 4096.0])
+    tiled, exact = win.causal_work_fraction(s, w), win.causal_work_fraction(s, w, block=1.0)
+    assert np.all(tiled >= exact - 1e-12) and np.all(np.diff(tiled) >= 0) and tiled[-1] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("layers, window, every, share", [

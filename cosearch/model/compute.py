@@ -9,6 +9,15 @@ from __future__ import annotations
 from . import _ops as ops
 
 BYTES_16BIT = 2.0
+#: Fused attention's backward over its forward: five matmuls instead of two, the scores recomputed (Dao 2023).
+#: Measured on one H100 (experiments/results/gpu/moe_attention_h100.csv) the backward takes 2.7-3.7x the
+#: forward (median 3.2): it runs slower per FLOP, which the fitted attention rate absorbs.
+FLASH_BACKWARD_RELATIVE = 2.5
+#: Peak 16-bit matmul FLOPs per exponential the special-function unit computes on H100 SXM: 989 TFLOP/s
+#: against 3.9 T exponentials/s (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. 3.1).
+MATMUL_FLOPS_PER_EXP = 989.4 / 3.9
+#: Head width at which the fused-attention rates (``flash_attention_relative``, gpus.yaml) hold.
+REFERENCE_HEAD_DIM = 128.0
 
 
 def gemm_time_s(m, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes=BYTES_16BIT):
@@ -27,6 +36,21 @@ def flash_attention_time_s(batch, seq_q, seq_kv, hidden_local, flops_per_s, caus
     """
     flops = 4.0 * batch * seq_q * seq_kv * hidden_local * (0.5 if causal else 1.0)
     return flops / flops_per_s
+
+
+def attention_head_width_factor(qk_head_dim, v_head_dim):
+    """Fused attention's rate at these head widths over its rate at :data:`REFERENCE_HEAD_DIM`.
+
+    Each score costs 2(d_qk + d_v) matmul FLOPs in the forward and one exponential on the special-function
+    unit, which runs about 1/250 of the matmul rate (FlashAttention-3, sec. 3.1): time per score is
+    proportional to 1 + r / (2(d_qk + d_v)), so narrow heads spend relatively more of it in the softmax.
+    Capped at 1: wider heads are not measured faster. On one H100 (experiments/gpu/measure_moe.py) head
+    width 64 ran at 0.71-0.88 of 128 (cuDNN, FlashAttention-2, FlexAttention; this gives 0.75), 96 at
+    0.77-0.90 (0.90), 256 and MLA's 192/128 at 0.83-0.99 (1). The H100's ratio r is used for every GPU.
+    """
+    r = MATMUL_FLOPS_PER_EXP
+    ref = 1.0 + r / (4.0 * REFERENCE_HEAD_DIM)
+    return ops.minimum(ref / (1.0 + r / (2.0 * (qk_head_dim + v_head_dim))), 1.0)
 
 
 def standard_attention_time_s(batch, seq_q, seq_kv, hidden_local, heads_local, flops_per_s, hbm_bytes_per_s):

@@ -37,6 +37,7 @@ from .pipeline import bubble_slots, num_microbatches
 from .profile import DEFAULT_PROFILE, Profile
 from .training import SECONDS_PER_DAY, training_metrics  # noqa: F401 - SECONDS_PER_DAY re-exported
 from .layer import dense_layer, gemm_forward_s
+from .moe_params import head_widths
 
 #: Bytes per logit element held for the loss on the last stage: the 16-bit logits and the fp32
 #: softmax kept for the backward, whose gradient is written in place (Megatron-Core
@@ -167,6 +168,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         legacy_Fps = ops.where(ops.isnan(legacy), attn_Fps, ops.minimum(attn_Fps, legacy * peak16))
         attn_Fps = ops.where(attn_kind == 2, legacy_Fps * p.triton_attention_relative,
                              ops.where(attn_kind == 3, legacy_Fps, attn_Fps))
+    attn_Fps = attn_Fps * kern.attention_head_width_factor(*head_widths(c))  # narrow heads: softmax-bound
     windowed = win.active(c)
     span = 1.0  # the attention term's share in the model-FLOPs count
     if windowed:  # sliding windows: the fused kernel skips the blocks outside the band (window.py)

@@ -57,9 +57,9 @@ def dense_layer(c, *, tok, s_loc, mb, tp, sp, rc, fp8, in_B, kv_loc, h_rep, gemm
     if any_std:
         attn_std = kern.standard_attention_time_s(mb, s_loc, s, h_loc, a / tp, gemm16_Fps, hbm_Bps)
         attn_f = ops.where(std_attn > 0, attn_std, attn_flash)
-        attn_b = ops.where(std_attn > 0, 2.0 * attn_std, 2.5 * attn_flash)
+        attn_b = ops.where(std_attn > 0, 2.0 * attn_std, kern.FLASH_BACKWARD_RELATIVE * attn_flash)
     else:  # the values the selections above give when no row runs unfused attention
-        attn_f, attn_b = attn_flash, 2.5 * attn_flash
+        attn_f, attn_b = attn_flash, kern.FLASH_BACKWARD_RELATIVE * attn_flash
     elem16 = tok * kern.elementwise_bytes_per_token(h_rep, f_loc, gated) / hbm_Bps
     cast_f = fp8 * tok * kern.fp8_cast_bytes_per_token(h, h_loc, f_loc) / hbm_Bps
     cast_b = fp8 * tok * kern.fp8_grad_cast_bytes_per_token(h, qkv_loc, fc1_loc) / hbm_Bps

@@ -238,7 +238,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     else:
         attn_gemm_f = gqa_f
     attn_f = kern.flash_attention_time_s(mb, s_loc, s, (a / tp) * 0.5 * (d_qk + d_v), attn_Fps)
-    attn_b = 2.5 * attn_f
+    attn_b = kern.FLASH_BACKWARD_RELATIVE * attn_f
     norms = tok * kern.BYTES_16BIT * 10.0 * h / rep_div / hbm_Bps   # norms, residual adds (compute.py)
 
     def mlp_f(width, width_loc):  # a dense (gated) MLP split over tp (width_loc = width / tp), forward

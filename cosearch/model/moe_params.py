@@ -27,10 +27,24 @@ def widths(c):
     fe = ops.where(ops.isnan(c["expert_ffn_hidden"]), f, c["expert_ffn_hidden"])
     fd = ops.where(ops.isnan(c["dense_ffn_hidden"]), f, c["dense_ffn_hidden"])
     fs = c["shared_experts"] * ops.where(ops.isnan(c["shared_ffn_hidden"]), fe, c["shared_ffn_hidden"])
-    d = ops.where(ops.isnan(c["head_dim"]), c["hidden"] / c["heads"], c["head_dim"])
+    d = head_dim(c)
     d_qk = ops.where(mla, c["qk_nope_head_dim"] + c["qk_rope_head_dim"], d)
     d_v = ops.where(mla, c["v_head_dim"], d)
     return fe, fd, fs, d, d_qk, d_v
+
+
+def head_dim(c):
+    """Attention head width: the stated ``head_dim``, else hidden / heads."""
+    return ops.where(ops.isnan(c["head_dim"]), c["hidden"] / c["heads"], c["head_dim"])
+
+
+def head_widths(c):
+    """(query/key, value) head widths of the fused attention kernel: MLA's d_nope + d_rope and d_v, else the head width."""
+    d = head_dim(c)
+    if not ops.any(c["mla"] > 0):
+        return d, d
+    mla = c["mla"] > 0
+    return ops.where(mla, c["qk_nope_head_dim"] + c["qk_rope_head_dim"], d), ops.where(mla, c["v_head_dim"], d)
 
 
 def attention_params(c, tp=1.0, w=None):

@@ -8,9 +8,10 @@ L layers has floor(L / N) global layers; ``global_attention_every`` is that N (0
 
 Two fractions, both 1 for a model without a window:
 
-* time: the causal work of a windowed layer over that of a full causal layer, sum_i min(i, w) over
-  sum_i i for i = 1..s: a flash kernel skips the blocks outside the band as it skips those above the
-  diagonal (FlashAttention-2's ``window_size``). Unfused attention computes every score and saves nothing.
+* time: the causal work of a windowed layer over that of a full causal layer, counted in the kernel's
+  128 x 128 tiles: a flash kernel skips the key blocks outside the band as it skips those above the
+  diagonal (FlashAttention-2's ``window_size``), but computes every block the band touches
+  (:func:`causal_work_fraction`). Unfused attention computes every score and saves nothing.
 * count (model FLOPs): the convention of :mod:`.flops` counts 4*s*h per token for a full layer, each
   query against all s keys; a windowed layer counts min(s, w) keys (Megatron-Bridge's FLOP counter
   uses ``min(window, seq_len)`` for its windowed layers the same way).
@@ -46,11 +47,26 @@ def global_every(layers: int, full_layers: int) -> int | None:
     return max(1, round(layers / full_layers)) if full_layers else None
 
 
-def causal_work_fraction(seq_len, window):
-    """sum_{i=1..s} min(i, w) / sum_{i=1..s} i: a windowed causal layer's work over a full causal layer's."""
-    w = ops.minimum(ops.where(window > 0, window, seq_len), seq_len)
-    band = w * (w + 1.0) / 2.0 + (seq_len - w) * w
-    return band / (seq_len * (seq_len + 1.0) / 2.0)
+#: Query and key rows of one tile of a fused attention kernel: the kernel skips whole key blocks only
+#: (FlashAttention-2/3, cuDNN and FlexAttention all tile 128 rows on Hopper; FlexAttention's BlockMask
+#: default is 128 x 128), so a windowed query block still computes every key block the band touches.
+ATTENTION_BLOCK = 128.0
+
+
+def causal_work_fraction(seq_len, window, block=ATTENTION_BLOCK):
+    """A windowed causal layer's work over a full causal layer's, counted in ``block`` x ``block`` tiles.
+
+    With n = ceil(s / B) query blocks, query block i needs the keys back to i*B - w + 1, i.e.
+    m = 1 + ceil((w - 1) / B) key blocks (at most i + 1): sum_i min(i + 1, m) over sum_i (i + 1).
+    ``block`` 1 gives the exact pair count, sum_i min(i, w) over sum_i i. On one H100
+    (experiments/results/gpu/moe_attention_h100.csv, FlexAttention, forward + backward over the same
+    kernel without a window) window 4096 of 8192 took 0.75 (this: 0.76, exact pairs 0.75), 1024 of 4096
+    0.58-0.59 (0.48; exact 0.44), 128 of 4096 0.25-0.40 (0.12; exact 0.06: the rest is fixed cost).
+    """
+    n = ops.ceil(seq_len / block)
+    w = ops.where(window > 0, window, seq_len)
+    m = ops.minimum(1.0 + ops.ceil((w - 1.0) / block), n)
+    return (m * (m + 1.0) / 2.0 + (n - m) * m) / (n * (n + 1.0) / 2.0)
 
 
 def fractions(c):

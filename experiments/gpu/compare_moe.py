@@ -1,0 +1,125 @@
+"""Compare the model's MoE-layer kernel times with the ones measured on a real H100 (measure_moe.py).
+
+Reads experiments/results/gpu/{grouped_gemm,moe_attention,moe_elementwise}_h100.csv and predicts each
+kernel with cosearch's own functions at the kernel profile (no end-to-end constants) and at the shipped
+default profile:
+  * grouped expert GEMMs (``moe.grouped_gemm_time_s``): forward, data gradient and weight gradient,
+    which the model charges alike, by tokens per expert;
+  * fused causal attention (``compute.flash_attention_time_s`` at the rate ``evaluate`` gives it, with
+    the head-width factor and the sliding-window work fraction): cuDNN's kernel for ``attention: flash``,
+    FlashAttention-2 and FlexAttention for ``flash2``, forward and forward + backward;
+  * permute / unpermute of the top-k token copies (HBM traffic at the profile's bandwidth).
+Prints the errors (predicted / measured - 1) and writes experiments/results/gpu/compare_moe.json.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from cosearch.hardware import gpu  # noqa: E402
+from cosearch.model import compute as kern  # noqa: E402
+from cosearch.model import moe  # noqa: E402
+from cosearch.model import window as win  # noqa: E402
+from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE, Profile  # noqa: E402
+
+RESULTS = HERE.parent / "results" / "gpu"
+G = gpu("h100-sxm")
+PEAK16 = G["peak_tflops"]["bf16"] * 1e12
+
+
+def rates(p: Profile) -> tuple[float, float, float, float]:
+    """(GEMM FLOP/s, fused-attention FLOP/s, FlashAttention-2 FLOP/s, HBM B/s) as ``evaluate`` derives them."""
+    gemm = PEAK16 * G["matmul_efficiency"] * p.matmul_scale
+    attn = gemm * min(p.flash_attention_relative, 1.0)
+    fa2 = min(attn, G["legacy_attention_efficiency"] * PEAK16)
+    return gemm, attn, fa2, G["hbm_tbps"] * 1e12 * p.hbm_efficiency
+
+
+def stats(err: pd.Series) -> dict:
+    e = err.dropna()
+    return {"n": int(e.size), "median_abs": float(e.abs().median()), "worst_abs": float(e.abs().max()),
+            "bias": float(e.median())}
+
+
+def grouped(p: Profile) -> tuple[pd.DataFrame, dict]:
+    d = pd.read_csv(RESULTS / "grouped_gemm_h100.csv")
+    gemm, _, _, hbm = rates(p)
+    pred = np.asarray(moe.grouped_gemm_time_s(d.groups.to_numpy(float), d.tokens_per_expert.to_numpy(float),
+                                              d.n.to_numpy(float), d.k.to_numpy(float), gemm, hbm,
+                                              p.gemm_overhead_s, kern.BYTES_16BIT))
+    d["pred_s"] = pred
+    out = {}
+    for col in ("fwd_s", "dgrad_s", "wgrad_s"):
+        d[f"err_{col[:-2]}"] = pred / d[col] - 1.0
+        out[col[:-2]] = stats(d[f"err_{col[:-2]}"])
+        out[col[:-2]]["by_tokens_per_expert"] = {int(m): stats(g[f"err_{col[:-2]}"]) for m, g in d.groupby("tokens_per_expert")}
+    # the measured rate of a grouped GEMM over one dense GEMM of the same total shape (GROUPED_GEMM_RELATIVE)
+    d["grouped_over_dense"] = d.dense_s / d.fwd_s
+    out["grouped_over_dense_rate"] = {int(m): float(g.grouped_over_dense.median()) for m, g in d.groupby("tokens_per_expert")}
+    out["wgrad_over_fwd_rate"] = {int(m): float((g.fwd_s / g.wgrad_s).median()) for m, g in d.groupby("tokens_per_expert")}
+    fp8 = d.dropna(subset=["fp8_fwd_s"])
+    out["fp8_over_bf16_speedup"] = {int(m): float((g.fwd_s / g.fp8_fwd_s).median()) for m, g in fp8.groupby("tokens_per_expert")}
+    return d, out
+
+
+def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
+    d = pd.read_csv(RESULTS / "moe_attention_h100.csv").dropna(subset=["fwd_s"]).copy()
+    _, attn, fa2, _ = rates(p)
+    s = d.seq.to_numpy(float)
+    w = d.window.to_numpy(float)
+    work = np.asarray(win.causal_work_fraction(s, w))          # windowed work over full causal work
+    head = np.asarray(kern.attention_head_width_factor(d.qk_head_dim.to_numpy(float), d.v_head_dim.to_numpy(float)))
+    rate = np.where(d.kernel == "sdpa_cudnn", attn, fa2) * head
+    full_causal = 2.0 * d.batch * d.q_heads * (d.qk_head_dim + d.v_head_dim) * s * (s + 1) / 2.0
+    fwd = full_causal.to_numpy() * work / rate
+    d["pred_fwd_s"] = fwd
+    d["pred_fwd_bwd_s"] = fwd * (1.0 + kern.FLASH_BACKWARD_RELATIVE)
+    d["err_fwd"] = d.pred_fwd_s / d.fwd_s - 1.0
+    d["err_fwd_bwd"] = d.pred_fwd_bwd_s / d.fwd_bwd_s - 1.0
+    d["kind"] = np.where(d.kernel == "sdpa_cudnn", "flash (cuDNN)", np.where(d.kernel == "sdpa_flash", "flash2 (FA2)", "flash2 (flex)"))
+    used = d[d.kernel != "sdpa_efficient"]
+    out = {k: {"fwd": stats(g.err_fwd), "fwd_bwd": stats(g.err_fwd_bwd)} for k, g in used.groupby("kind")}
+    wins = used[used.window > 0]
+    out["windowed_flex"] = {"fwd_bwd": stats(wins.err_fwd_bwd),
+                            "measured_over_full": {f"w{int(r.window)}_s{int(r.seq)}_hd{int(r.qk_head_dim)}_b{int(r.batch)}":
+                                                   float(r.fwd_bwd_s / used[(used.kernel == "flex") & (used.window == 0)
+                                                                            & (used.model == r.model) & (used.batch == r.batch)].fwd_bwd_s.iloc[0])
+                                                   for r in wins.itertuples()}}
+    out["backward_over_forward_measured_median"] = float(used.bwd_over_fwd.median())
+    return used, out
+
+
+def elementwise(p: Profile) -> dict:
+    d = pd.read_csv(RESULTS / "moe_elementwise_h100.csv")
+    hbm = G["hbm_tbps"] * 1e12 * p.hbm_efficiency
+    pred = 2.0 * d.copies_bytes / hbm                   # read + write every token copy
+    return {"permute": stats(pred / d.permute_s - 1.0), "unpermute_gather_sum": stats(pred / d.unpermute_gather_s - 1.0),
+            "unpermute_index_add": stats(pred / d.unpermute_s - 1.0)}
+
+
+def main() -> None:
+    pd.set_option("display.width", 220)
+    report = {}
+    for name, prof in (("kernel", KERNEL_PROFILE), ("default", DEFAULT_PROFILE)):
+        g, gs = grouped(prof)
+        a, ast = attention(prof)
+        report[name] = {"grouped_gemm": gs, "attention": ast, "permute": elementwise(prof)}
+        if name == "kernel":
+            print(g[["preset", "groups", "tokens_per_expert", "gemm", "k", "n", "fwd_tflops", "wgrad_tflops",
+                     "err_fwd", "err_dgrad", "err_wgrad"]].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+            print(a[["model", "batch", "seq", "qk_head_dim", "v_head_dim", "kernel", "window", "fwd_tflops",
+                     "fwd_bwd_tflops", "bwd_over_fwd", "err_fwd", "err_fwd_bwd"]]
+                  .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(json.dumps(report, indent=1))
+    (RESULTS / "compare_moe.json").write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
