@@ -11,22 +11,10 @@ import os
 from pathlib import Path
 
 import torch
+from _timing import timeit  # experiments/gpu/_timing.py (the script's own folder is on sys.path)
 
 OUT = Path(os.environ.get("OUT", "gpu_out"))
 OUT.mkdir(parents=True, exist_ok=True)
-
-
-def timeit(fn, reps=15, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def main():

@@ -18,24 +18,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _timing import timeit  # experiments/gpu/_timing.py (the script's own folder is on sys.path)
 
 OUT = Path(os.environ.get("OUT", "gpu_out"))
 OUT.mkdir(parents=True, exist_ok=True)
 dev = "cuda"
 dt = torch.bfloat16
-
-
-def timeit(fn, reps=10, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
 
 
 class Layer(torch.nn.Module):
@@ -93,11 +81,11 @@ def main():
         layer = Layer(h, heads, kvh, ffn, gated, tp).to(dev, dt)
         x = torch.randn(mb, seq, h, device=dev, dtype=dt, requires_grad=True)
         with torch.no_grad():
-            t_f = timeit(lambda: layer(x))
+            t_f = timeit(lambda: layer(x), reps=10)
 
         def fb():
             layer(x).sum().backward()
-        t_fb = timeit(fb)
+        t_fb = timeit(fb, reps=10)
         rows.append(dict(gpu=props.name, hidden=h, heads=heads, kv_heads=kvh, ffn_hidden=ffn, gated_mlp=gated, tp=tp,
                          seq_len=seq, microbatch=mb, fwd_s=t_f, fwd_bwd_s=t_fb))
         print(rows[-1], flush=True)
@@ -111,8 +99,8 @@ def main():
         q = torch.randn(b, nh, s, d, device=dev, dtype=dt, requires_grad=True)
         k = torch.randn_like(q, requires_grad=True); v = torch.randn_like(q, requires_grad=True)
         with torch.no_grad():
-            t_f = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-        t_fb = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward())
+            t_f = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), reps=10)
+        t_fb = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward(), reps=10)
         flops_f = 4 * b * nh * s * s * d * 0.5  # causal
         att.append(dict(gpu=props.name, batch=b, heads=nh, seq=s, head_dim=d, fwd_s=t_f, fwd_bwd_s=t_fb,
                         fwd_tflops=flops_f / t_f / 1e12, fwd_bwd_tflops=3.5 * flops_f / t_fb / 1e12))

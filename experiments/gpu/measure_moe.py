@@ -24,10 +24,13 @@ from __future__ import annotations
 import csv
 import os
 import traceback
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _timing import timeit as _timeit  # experiments/gpu/_timing.py (the script's own folder is on sys.path)
+from _timing import timeit_queued
 
 OUT = Path(os.environ.get("OUT", "gpu_out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -47,35 +50,7 @@ LOCAL_EXPERTS = {"qwen3-30b-a3b": (16, 4), "qwen3-235b-a22b": (16, 4), "gpt-oss"
 TOKENS_PER_EXPERT = (128, 256, 512, 1024, 2048, 4096)
 
 
-def timeit(fn, reps=20, warm=4):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record(); torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def timeit_queued(fn, calls=10, reps=7, warm=3):
-    """Per-call GPU time of ``calls`` launches queued back to back (one event pair around them): the
-    rate a training step sees once the host runs ahead, free of per-call host overhead."""
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            fn()
-        b.record(); torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3 / calls)
-    ts.sort()
-    return ts[len(ts) // 2]
+timeit = partial(_timeit, reps=20, warm=4)  # one launch at a time: host overhead included
 
 
 def offsets(groups, m):
