@@ -9,19 +9,16 @@ def refuse(field: str, reason: str) -> CosearchError:
     return CosearchError(field, reason)
 
 
-def check_optimizer_states(sc: Scenario, framework: str, allowed: tuple[str, ...] = ("fp32",)) -> None:
-    """Refuse a ``training.optimizer_states`` the framework's configuration cannot express (one line)."""
-    states = sc.training.optimizer_states
-    if states not in allowed:
-        raise refuse("training.optimizer_states", f"{states}: no {framework} setting is mapped for it here; "
-                     f"allowed: {', '.join(allowed)}")
+#: ``training.optimizer_states`` each framework's configuration can express (others: fp32 only).
+OPTIMIZER_STATES = {"Megatron-LM": ("fp32", "bf16_moments")}  # Megatron-Core's precision-aware optimizer
 
 
 def layout(sc: Scenario, framework: str) -> dict[str, int]:
     """dp, gradient-accumulation steps and nodes of a plan that a launcher can run as written.
 
     Refuses plans whose degrees do not tile the cluster or the batch (a launcher would fail on
-    them) and runs the scenario's own hardware checks (e.g. fp8 on a GPU without fp8).
+    them) or that use fields the framework's mapping does not express, and runs the scenario's own
+    hardware checks (e.g. fp8 on a GPU without fp8).
     """
     if sc.cluster.inventory is not None:
         raise refuse("cluster.inventory", f"{framework} launches one GPU type per job; export a plan that uses one "
@@ -37,6 +34,10 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
             if on:
                 raise refuse(f"model.{key}", f"mixture-of-experts / MLA / head_dim / MTP / sliding-window export is "
                              f"mapped for megatron only, not {framework}; use --format megatron")
+    allowed = OPTIMIZER_STATES.get(framework, ("fp32",))
+    if sc.training.optimizer_states not in allowed:
+        raise refuse("training.optimizer_states", f"{sc.training.optimizer_states}: no {framework} setting is mapped "
+                     f"for it here; allowed: {', '.join(allowed)}")
     model_par = pl.tp * pl.pp * pl.cp
     if cl.gpus % model_par:
         raise refuse("plan", f"tp*pp*cp = {model_par} does not divide cluster.gpus = {cl.gpus}; {framework} "

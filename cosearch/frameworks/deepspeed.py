@@ -30,7 +30,7 @@ import json
 from typing import Any
 
 from ..scenario import Scenario
-from ._common import check_optimizer_states, hybrid, layout, refuse
+from ._common import hybrid, layout, refuse
 
 VERSION = "DeepSpeed 0.16 (config-json)"
 
@@ -42,7 +42,6 @@ def config(sc: Scenario) -> dict[str, Any]:
             raise refuse(f"plan.{key}", f"{key} = {getattr(pl, key)}: DeepSpeed's config has no tensor, pipeline or "
                          "context parallelism; export this plan to megatron or nemo")
     lay = layout(sc, "DeepSpeed")
-    check_optimizer_states(sc, "DeepSpeed")
     if t.precision == "fp8":
         raise refuse("training.precision", "fp8 is not a DeepSpeed config setting (Transformer Engine in model code)")
     if pl.recompute == "selective":

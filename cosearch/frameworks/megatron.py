@@ -65,7 +65,7 @@ from typing import Any, Mapping
 
 from ..errors import CosearchError
 from ..scenario import Scenario, parse_scenario
-from ._common import check_optimizer_states, hybrid, layout, megatron_core_schedule, refuse
+from ._common import hybrid, layout, megatron_core_schedule, refuse
 from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe
 
 VERSION = "Megatron-LM core_r0.14.0"
@@ -111,7 +111,6 @@ def flags(sc: Scenario) -> list[str]:
         out += ["--recompute-granularity", "selective"]
     elif pl.recompute == "full":
         out += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
-    check_optimizer_states(sc, "Megatron-LM", ("fp32", "bf16_moments"))
     if t.optimizer_states == "bf16_moments":  # Megatron-Core's precision-aware optimizer, fp32 main params
         out += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     if pl.zero == 1:

@@ -46,14 +46,13 @@ matches (normalization, positional embedding are not cosearch fields).
 from __future__ import annotations
 
 from ..scenario import Scenario
-from ._common import check_optimizer_states, hybrid, layout, megatron_core_schedule, refuse, train_steps
+from ._common import hybrid, layout, megatron_core_schedule, refuse, train_steps
 
 VERSION = "NeMo 2 (NeMo Framework 25.04)"
 
 
 def overrides(sc: Scenario) -> list[str]:
     lay = layout(sc, "NeMo")
-    check_optimizer_states(sc, "NeMo")
     m, t, pl = sc.model, sc.training, sc.plan
     megatron_core_schedule(sc, "NeMo (Megatron-Core)")
     if pl.zero >= 2:

@@ -44,7 +44,7 @@ from typing import Any
 
 from ..scenario import Scenario
 from ..model.schedules import schedule_name
-from ._common import check_optimizer_states, hybrid, layout, refuse, train_steps
+from ._common import hybrid, layout, refuse, train_steps
 
 VERSION = "torchtitan v0.1.0"
 #: cosearch schedule -> torchtitan ``pipeline_parallel_schedule``
@@ -53,7 +53,6 @@ _SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZero
 
 def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     lay = layout(sc, "torchtitan")
-    check_optimizer_states(sc, "torchtitan")
     m, t, pl = sc.model, sc.training, sc.plan
     dp = lay["dp"]
     if pl.zero == 1:

@@ -39,26 +39,29 @@ OPTIMIZER_STATE_CODES = {"fp32": 0, "bf16_moments": 1, "bf16": 2}
 #: the first and second moments"; Megatron-Core's precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype
 #: bf16); bf16 -- no master copy, 16-bit m and v (parameters created in bf16 and torch.optim.Adam keeping its
 #: states in the parameters' dtype: NeMo AutoModel's MoE models, ``initialize_weights(dtype=torch.bfloat16)``).
-OPTIMIZER_STATE_BYTES = (12.0, 8.0, 4.0)
+OPTIMIZER_STATE_BYTES = (OPTIMIZER_BYTES, 8.0, 4.0)
 #: Bytes the Adam update reads and writes per parameter it owns, by code: fp32 reads the 16-bit gradient and
 #: the fp32 master, m, v and writes the last three and the 16-bit weight, 2*(2+4+4+4) = 28; bf16_moments
 #: 2*(2+4+2+2) = 20; bf16 reads gradient, weight, m, v and writes the last three, 8 + 6 = 14.
 OPTIMIZER_TRAFFIC_BYTES = (28.0, 20.0, 14.0)
 
 
+def _by_state(code, table):
+    """``table``'s entry for each ``optimizer_states`` code; the fp32 constant where every row is fp32 (the
+    common case costs nothing)."""
+    if not ops.any(code > 0):
+        return table[0]
+    return ops.where(code >= 2, table[2], ops.where(code >= 1, table[1], table[0]))
+
+
 def optimizer_state_bytes(code):
     """Optimizer-state bytes per parameter of the ``optimizer_states`` code(s) (:data:`OPTIMIZER_STATE_BYTES`)."""
-    if not ops.any(code > 0):  # every row fp32: the constant (the common case costs nothing)
-        return OPTIMIZER_BYTES
-    return ops.where(code >= 2, OPTIMIZER_STATE_BYTES[2], ops.where(code >= 1, OPTIMIZER_STATE_BYTES[1], OPTIMIZER_BYTES))
+    return _by_state(code, OPTIMIZER_STATE_BYTES)
 
 
 def optimizer_traffic_bytes(code):
     """HBM bytes of one Adam update per owned parameter (:data:`OPTIMIZER_TRAFFIC_BYTES`)."""
-    t = OPTIMIZER_TRAFFIC_BYTES
-    if not ops.any(code > 0):
-        return t[0]
-    return ops.where(code >= 2, t[2], ops.where(code >= 1, t[1], t[0]))
+    return _by_state(code, OPTIMIZER_TRAFFIC_BYTES)
 
 
 def state_divisors(zero, shard_group):

@@ -23,14 +23,12 @@ from .flops import mtp_head_flops_per_token
 
 def widths(c):
     """Resolved widths: (f_expert, f_dense, f_shared_total, head_dim, d_qk, d_v)."""
-    f, mla = c["ffn_hidden"], c["mla"] > 0
+    f = c["ffn_hidden"]
     fe = ops.where(ops.isnan(c["expert_ffn_hidden"]), f, c["expert_ffn_hidden"])
     fd = ops.where(ops.isnan(c["dense_ffn_hidden"]), f, c["dense_ffn_hidden"])
     fs = c["shared_experts"] * ops.where(ops.isnan(c["shared_ffn_hidden"]), fe, c["shared_ffn_hidden"])
     d = head_dim(c)
-    d_qk = ops.where(mla, c["qk_nope_head_dim"] + c["qk_rope_head_dim"], d)
-    d_v = ops.where(mla, c["v_head_dim"], d)
-    return fe, fd, fs, d, d_qk, d_v
+    return (fe, fd, fs, d) + head_widths(c, d)
 
 
 def head_dim(c):
@@ -38,9 +36,10 @@ def head_dim(c):
     return ops.where(ops.isnan(c["head_dim"]), c["hidden"] / c["heads"], c["head_dim"])
 
 
-def head_widths(c):
-    """(query/key, value) head widths of the fused attention kernel: MLA's d_nope + d_rope and d_v, else the head width."""
-    d = head_dim(c)
+def head_widths(c, d=None):
+    """(query/key, value) head widths of the fused attention kernel: MLA's d_nope + d_rope and d_v, else the
+    head width (``d``: :func:`head_dim` where already known)."""
+    d = head_dim(c) if d is None else d
     if not ops.any(c["mla"] > 0):
         return d, d
     mla = c["mla"] > 0
