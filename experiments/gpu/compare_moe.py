@@ -77,8 +77,8 @@ def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
     work = np.asarray(win.causal_work_fraction(s, w))          # windowed work over full causal work
     head = np.asarray(kern.attention_head_width_factor(d.qk_head_dim.to_numpy(float), d.v_head_dim.to_numpy(float)))
     rate = np.where(d.kernel == "sdpa_cudnn", attn, fa2) * head
-    full_causal = 2.0 * d.batch * d.q_heads * (d.qk_head_dim + d.v_head_dim) * s * (s + 1) / 2.0
-    fwd = full_causal.to_numpy() * work / rate
+    width = d.q_heads.to_numpy(float) * 0.5 * (d.qk_head_dim + d.v_head_dim).to_numpy(float)  # as moe.terms gives it
+    fwd = np.asarray(kern.flash_attention_time_s(d.batch.to_numpy(float), s, s, width, rate)) * work
     d["pred_fwd_s"] = fwd
     d["pred_fwd_bwd_s"] = fwd * (1.0 + kern.FLASH_BACKWARD_RELATIVE)
     d["err_fwd"] = d.pred_fwd_s / d.fwd_s - 1.0
@@ -98,7 +98,7 @@ def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
 
 def elementwise(p: Profile) -> dict:
     d = pd.read_csv(RESULTS / "moe_elementwise_h100.csv")
-    hbm = G["hbm_tbps"] * 1e12 * p.hbm_efficiency
+    hbm = rates(p)[3]
     pred = 2.0 * d.copies_bytes / hbm                   # read + write every token copy
     return {"permute": stats(pred / d.permute_s - 1.0), "unpermute_gather_sum": stats(pred / d.unpermute_gather_s - 1.0),
             "unpermute_index_add": stats(pred / d.unpermute_s - 1.0)}
