@@ -100,7 +100,8 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
 
 def moe_changes(sc: Scenario) -> list[Change]:
     """Expert-parallel moves of a MoE plan (issue 13): ep halved or doubled, experts not tensor-split
-    (etp 1), the other token dispatcher, the all-to-all hidden behind compute, fp8 dispatch under fp8.
+    (etp 1), the other token dispatcher, the all-to-all hidden behind compute, fp8 dispatch under fp8,
+    one-launch grouped GEMMs instead of one launch per expert.
     Moves the model's rules refuse (experts % ep, ep*etp dividing tp*cp*dp) are dropped by the caller."""
     pl = sc.plan
     out = [Change(f"ep {pl.ep} -> {e}", "plan", {"plan.ep": e}) for e in sorted({max(1, pl.ep // 2), pl.ep * 2} - {pl.ep})]
@@ -113,6 +114,8 @@ def moe_changes(sc: Scenario) -> list[Change]:
         out.append(Change(f"moe_a2a_overlap {pl.moe_a2a_overlap:g} -> 1", "plan", {"plan.moe_a2a_overlap": 1.0}))
     if sc.training.precision == "fp8" and not pl.moe_fp8_dispatch:
         out.append(Change("moe_fp8_dispatch false -> true", "plan", {"plan.moe_fp8_dispatch": True}))
+    if pl.moe_grouped_gemm == "per_expert":
+        out.append(Change("moe_grouped_gemm per_expert -> grouped", "plan", {"plan.moe_grouped_gemm": "grouped"}))
     return out
 
 

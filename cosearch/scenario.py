@@ -176,6 +176,10 @@ class PlanSpec(_Strict):
     moe_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="alltoall: Megatron-Core's all-to-all (every token copy sent); deepep: one network "
         "send per destination node, NVLink forwarding there (DeepEP, DeepSeek-V3 sec. 3.2.2)")
+    moe_grouped_gemm: Literal["grouped", "per_expert"] = Field(
+        "per_expert", description="per_expert: one GEMM launch per local expert, 25 us of host time each (Megatron-Core "
+        "with Transformer Engine, the stack MoE plans export to); grouped: one launch for all local experts "
+        "(DeepGEMM, torch._grouped_mm, CUTLASS grouped kernels)")
     moe_fp8_dispatch: Bool = Field(False, description="under fp8, dispatch token copies in fp8 (DeepSeek-V3's stack, "
                                    "sec. 3.3.2); false: 16-bit, as Megatron-Core sends them whatever the GEMM precision")
 

@@ -186,9 +186,11 @@ def held_out_report(profile, outdir: Path) -> None:
 #: What the model misses on the MoE rows it predicts worst (analysis of the breakdowns, by row id).
 MOE_REASONS = {
     **dict.fromkeys((315, 318, 332, 335, 341), "Qwen3-30B-A3B at micro-batch 1-2 (many small micro-batches): the "
-                    "measured step is 2-5x the compute; per-layer fixed costs of a dropless MoE layer (router, "
-                    "permute, host sync for tokens per expert, kernel launches) are not modelled; row 318 is also "
-                    "the source's misprinted row (2x the FLOPs per token of every other row of that model)"),
+                    "measured step is 2-5x the compute; the model charges the 16 local experts' GEMM launches (25 us "
+                    "each) but no other per-layer fixed cost of a dropless MoE layer (router, permute, host sync for "
+                    "tokens per expert); twin rows of one recipe in different releases differ up to 1.9x (315: 27.1 s, "
+                    "341: 14.5 s); row 318 is also the source's misprinted row (2x the FLOPs per token of every other "
+                    "row of that model)"),
     348: "Megatron-FSDP (zero 3) over 128-way DP on H100 InfiniBand with EP 8: +106 % with the profile's FSDP overlap "
          "(fitted on DeepSpeed/FSDP1 rows), +12 % with Megatron-FSDP's prefetching (plan.fsdp_overlap 1)",
     352: "DeepSeek-V3 on 128 GB200 (dgxc sample log line): 4 of 61 layers per stage with PP 4 on 128 GPUs, "

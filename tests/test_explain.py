@@ -187,3 +187,18 @@ def test_dense_plans_get_no_expert_moves():
     moe = parse_scenario(MOE)
     moe_labels = [c.label for c in neighbours(moe, scenario_columns(moe))]
     assert {"ep 16 -> 8", "ep 16 -> 32", "moe_a2a_overlap 0 -> 1", "moe_fp8_dispatch false -> true"} <= set(moe_labels)
+
+
+def test_moe_moves_offer_one_launch_grouped_gemms_and_it_saves_time():
+    """A per-expert-launch plan (Megatron-Core's) is offered one-launch grouped GEMMs; the move never slows the
+    step (it only removes the 25 us host cost of each expert's GEMM launch); a grouped plan is not offered it."""
+    from cosearch.neighbours import moe_changes
+    from cosearch.scenario import parse_scenario
+
+    sc = parse_scenario(MOE)
+    moves = {c.label: c for c in moe_changes(sc)}
+    assert "moe_grouped_gemm per_expert -> grouped" in moves
+    grouped = copy.deepcopy(MOE)
+    grouped["plan"]["moe_grouped_gemm"] = "grouped"
+    assert estimate(grouped)["step_time_s"] < estimate(MOE)["step_time_s"]
+    assert not any(lb.startswith("moe_grouped_gemm") for lb in (c.label for c in moe_changes(parse_scenario(grouped))))

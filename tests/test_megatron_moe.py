@@ -74,6 +74,7 @@ def test_hand_written_moe_flags_and_megatron_defaults():
     m = sc.model
     assert (m.experts, m.top_k, m.ffn_hidden, m.dense_layers, m.dense_ffn_hidden) == (16, 2, 4096, 2, 4096)
     assert (sc.plan.ep, sc.plan.etp, sc.plan.moe_dispatcher, sc.plan.capacity_factor) == (4, None, "alltoall", None)
+    assert sc.plan.moe_grouped_gemm == "per_expert"  # TE GroupedLinear: one cuBLASLt launch per local expert
     sc = megatron.parse_args(BASE + "--num-experts 64 --moe-router-topk 6 --moe-ffn-hidden-size 512 "
                              "--moe-shared-expert-intermediate-size 1536 --moe-token-dispatcher-type flex "
                              "--moe-enable-deepep --moe-router-num-groups 8 --moe-router-group-topk 3 "

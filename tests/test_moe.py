@@ -315,6 +315,40 @@ def test_megatron_export_maps_expert_parallelism():
     assert err.value.field == "model.experts"
 
 
+def test_megatron_export_refuses_one_launch_grouped_gemms():
+    """Megatron-Core has no one-launch grouped GEMM to export (TE GroupedLinear and the legacy
+    grouped_gemm build launch one GEMM per expert): a plan that assumes one is refused, naming the field."""
+    from cosearch.frameworks import megatron
+
+    sc = {"model": "qwen3-30b-a3b", "training": {"global_batch": 256}, "cluster": {"gpu": "h100-sxm", "gpus": 64},
+          "plan": {"ep": 8}}
+    assert "--moe-grouped-gemm" in megatron.flags(parse_scenario(sc))  # the default, per_expert, exports
+    sc["plan"]["moe_grouped_gemm"] = "grouped"
+    with pytest.raises(CosearchError) as err:
+        megatron.flags(parse_scenario(sc))
+    assert err.value.field == "plan.moe_grouped_gemm" and "per_expert" in str(err.value)
+
+
+def test_per_expert_gemm_launches_by_hand():
+    """One GEMM launch per local expert costs GROUPED_GEMM_LAUNCH_S = 25 us each (TE PR #3134: 0.267 ms for
+    8 experts through the multi-stream path vs 0.069 ms in one launch): 2 expert GEMMs forward and 4 backward
+    (data and weight gradients) per MoE layer and micro-batch, 2 more under full recompute. Tiny model,
+    2 layers, 1 micro-batch, 16 experts: ep 8 holds 2 per GPU (2*2*6*25 us = 0.6 ms), ep 2 holds 8 (2.4 ms)."""
+    from cosearch.model.moe import GROUPED_GEMM_LAUNCH_S
+
+    assert GROUPED_GEMM_LAUNCH_S == pytest.approx((0.267e-3 - 0.069e-3) / 8, rel=0.02)  # 24.75 us, rounded
+    for ep, rc, launches in ((8, "none", 6), (8, "full", 8), (2, "none", 6), (2, "full", 8)):
+        one = run(_tiny(ep, moe_grouped_gemm="grouped", recompute=rc))
+        each = run(_tiny(ep, moe_grouped_gemm="per_expert", recompute=rc))
+        extra = 2 * (16 / ep) * launches * 25e-6
+        got = (each["time_compute_s"] + each["time_recompute_s"]) - (one["time_compute_s"] + one["time_recompute_s"])
+        assert got == pytest.approx(extra, rel=1e-9)
+        assert each["step_time_s"] > one["step_time_s"]
+    dense = {"model": {"layers": 2, "hidden": 1024, "heads": 8, "ffn_hidden": 1024, "vocab": 1024, "seq_len": 1024},
+             "training": {"global_batch": 16}, "cluster": {"gpu": "h100-sxm", "gpus": 16}}
+    assert run(dict(dense, plan={"moe_grouped_gemm": "grouped"}))["step_time_s"] == run(dense)["step_time_s"]
+
+
 def test_megatron_export_refuses_fp8_dispatch_under_fp8():
     from cosearch.frameworks import megatron
 

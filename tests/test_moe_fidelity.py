@@ -38,6 +38,7 @@ def test_deepseek_v3_gb200_megatron_bridge_row_maps_every_stated_field(rows):
     # recipe facts: HybridEP on every DeepSeek-V3 recipe, a2a overlap in the MXFP8 GB200 recipe, distributed optimizer
     assert (p["moe_dispatcher"], p["moe_a2a_overlap"], p["zero"]) == ("deepep", 1.0, 1)
     assert p["moe_fp8_dispatch"] is False  # Megatron-Core dispatches in bf16 even under MXFP8
+    assert p["moe_grouped_gemm"] == "per_expert"  # TE GroupedLinear launches one GEMM per local expert
     assert {s["plan"]["recompute"] for s in cands} == {"none", "selective", "full"}
 
 
@@ -45,6 +46,7 @@ def test_deepseek_own_run_dispatches_in_fp8(rows):
     # row 367: DeepSeek-V3's report (HAI-LLM, 2,048 H800): DeepEP, DualPipe overlap, fp8 dispatch (sec. 3.3.2)
     p = row_scenarios(rows.loc[367])[0]["plan"]
     assert (p["moe_dispatcher"], p["moe_a2a_overlap"], p["moe_fp8_dispatch"]) == ("deepep", 1.0, True)
+    assert p["moe_grouped_gemm"] == "grouped"  # DeepGEMM: one launch for all local experts
 
 
 def test_nemo_automodel_rows_map_the_recipe_and_fit_in_memory(rows):
@@ -55,6 +57,7 @@ def test_nemo_automodel_rows_map_the_recipe_and_fit_in_memory(rows):
         t, p = sc["training"], sc["plan"]
         assert (t["optimizer_states"], t["moe_load_imbalance"], p["zero"], p["fsdp_overlap"]) == ("bf16", 1.0, 3, 1.0)
         assert p["moe_dispatcher"] == "deepep" and p["ep"] == int(rows.loc[rid, "ep"])
+        assert p["moe_grouped_gemm"] == "grouped"  # not a Megatron-Core stack
         assert t["attention"] == ("flash2" if "GPT-OSS" in rows.loc[rid, "model"] else "flash")  # FlexAttention
         assert cosearch.estimate(sc)["fits"], rid
     # Qwen3-30B-A3B on 8 H100, EP 8 (row 374): 30.5e9 parameters, 3.8e9 per GPU; with fp32 master, m, v
@@ -122,7 +125,8 @@ def test_expert_tensor_parallel_gather_is_charged():
 
 
 def test_moe_median_error_guard(table):
-    # reached: 16.6 % in-sample over 75 rows (experiments/results/validation_moe.json), 16.7 % over the 69 rows before
+    # reached: 13.6 % in-sample over 75 rows (experiments/results/validation_moe.json); 16.6 % before Megatron-Core's
+    # one GEMM launch per local expert was charged (25 us each, from TE PR #3134, nothing fitted); 16.7 % over the 69 rows before
     # NeMo AutoModel's six H100 rows (S28, held out: added and scored, nothing fitted to them); 19.5 % over 69 rows
     # before 16-bit dispatch; 19.2 % over the 64 rows
     # before the four DGX-B300 rows could be read (B300 entered the catalog) and row 349 (PP 32 x VP 3 on 94
@@ -130,7 +134,7 @@ def test_moe_median_error_guard(table):
     # 1.35x attention kernel made its MoE rows, already predicted too fast, faster still
     err = table["error"].abs()
     assert len(table) == 75
-    assert err.median() <= 0.20
+    assert err.median() <= 0.15
     # Grok-1 (S23) states every knob (nothing tuned): 4.4 %, bf16 and fp8 rows alike
     grok = table[table["model"] == "Grok-1"]
     assert grok["error"].abs().median() <= 0.06

@@ -34,6 +34,7 @@ plan.zero_group (hybrid)       ``--num-distributed-optimizer-instances dp/zero_g
 plan.overlap_grad_reduce       ``--overlap-grad-reduce``
 plan.tp_comm_overlap           ``--tp-comm-overlap``
 model.experts / top_k          ``--num-experts`` ``--moe-router-topk`` ``--moe-grouped-gemm``
+                               (plan.moe_grouped_gemm must be ``per_expert``: TE GroupedLinear)
                                ``--moe-token-dispatcher-type alltoall`` (plan.moe_dispatcher
                                deepep: ``flex --moe-enable-deepep``)
 model.expert_ffn_hidden        ``--moe-ffn-hidden-size`` (``--ffn-hidden-size`` = dense_ffn_hidden)
@@ -154,6 +155,9 @@ def _moe_flags(sc: Scenario) -> list[Any]:
     if pl.moe_fp8_dispatch and sc.training.precision == "fp8":
         raise refuse("plan.moe_fp8_dispatch", "Megatron-Core dispatches token copies in 16 bits (HybridEP asserts "
                      "fp8_dispatch off); use false to export")
+    if pl.moe_grouped_gemm != "per_expert":
+        raise refuse("plan.moe_grouped_gemm", "Megatron-Core launches one GEMM per local expert (Transformer Engine's "
+                     "GroupedLinear); use per_expert to export")
     out += ["--num-experts", m.experts, "--moe-router-topk", m.top_k, "--moe-grouped-gemm"]
     out += (["--moe-token-dispatcher-type", "alltoall"] if pl.moe_dispatcher == "alltoall"
             else ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"])

@@ -21,6 +21,9 @@ Megatron-LM flag (default)                             cosearch field
                                                        (DeepSeek-V3 node-limited routing: 8 groups, 4)
 ``--moe-token-dispatcher-type`` (allgather)            plan.moe_dispatcher: ``alltoall``; ``flex`` with
                                                        ``--moe-enable-deepep``: deepep
+``--moe-grouped-gemm`` (or none)                       plan.moe_grouped_gemm: per_expert (TE GroupedLinear,
+                                                       the legacy grouped_gemm build and the sequential
+                                                       MLP all launch one GEMM per local expert)
 ``--expert-model-parallel-size`` (1)                   plan.ep
 ``--expert-tensor-parallel-size`` (tp)                 plan.etp (left at its default when it equals tp)
 ``--moe-expert-capacity-factor`` (none: dropless)      plan.capacity_factor
@@ -131,6 +134,9 @@ def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, An
                             f"{' without --moe-enable-deepep' if dispatcher == 'flex' else ''} is not modelled "
                             "(cosearch models alltoall, and flex with --moe-enable-deepep; allgather is Megatron's "
                             "default when the flag is absent)")
+    # TEGroupedMLP, the legacy GroupedMLP (grouped_gemm's default cuBLAS build) and SequentialMLP all launch
+    # one GEMM per local expert
+    plan["moe_grouped_gemm"] = "per_expert"
     dense_width = model["ffn_hidden"]
     expert_width = to_int(seen, "--moe-ffn-hidden-size", dense_width)
     pattern = layer_pattern(seen.get("--moe-layer-freq", 1), layers)

@@ -81,10 +81,11 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "schedule": np.nan,          # pipeline schedule code (schedules.SCHEDULE_CODES); NaN: 1F1B, interleaved when v > 1
 }
 # --- issue 13: mixture-of-experts and MLA columns (cosearch.model.moe); defaults = a dense model ---
-from .moe import DISPATCHER_CODES, MOE_INPUT_COLUMNS, MOE_MODEL_COLUMNS  # noqa: E402
+from .moe import DISPATCHER_CODES, GROUPED_GEMM_CODES, MOE_INPUT_COLUMNS, MOE_MODEL_COLUMNS  # noqa: E402
 
 INPUT_COLUMNS.update(MOE_INPUT_COLUMNS)
 CATEGORICAL_CODES["moe_dispatcher"] = DISPATCHER_CODES
+CATEGORICAL_CODES["moe_grouped_gemm"] = GROUPED_GEMM_CODES
 # --- sliding-window attention (cosearch.model.window); defaults = full attention in every layer ---
 from .window import WINDOW_INPUT_COLUMNS  # noqa: E402
 

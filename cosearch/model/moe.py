@@ -29,6 +29,11 @@ dispatch now"; DeepEP and the all-to-all dispatcher get the bf16 hidden states);
 stack, arXiv 2412.19437 sec. 3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
 imbalance (max / mean tokens per EP rank), capped by the capacity factor when tokens are dropped.
 
+Grouped GEMMs (``plan.moe_grouped_gemm``): ``grouped`` runs each GEMM of the local experts in one launch;
+``per_expert`` (Megatron-Core with Transformer Engine) launches one GEMM per expert and pays
+:data:`GROUPED_GEMM_LAUNCH_S` of host time per expert and GEMM: 6 per MoE layer and micro-batch (two forward,
+four backward), 8 with full recompute.
+
 Expert tensor parallelism (etp > 1) all-gathers the received token copies over the etp ranks and
 reduce-scatters the expert outputs, a pair top_k x load times the dense MLP's; the excess over the dense
 model's pair is charged as expert communication (not overlapped).
@@ -67,6 +72,18 @@ GROUPED_GEMM_TILE_M = 128.0
 #: 0.988. Small per-expert M is charged separately (tile padding, per-expert weight reads).
 GROUPED_GEMM_RELATIVE = 0.988
 
+#: Host time each expert adds to a grouped GEMM that launches one GEMM per expert (``plan.moe_grouped_gemm:
+#: per_expert``): Megatron-Core's TEGroupedMLP runs Transformer Engine's GroupedLinear, a loop of cuBLASLt calls
+#: over several streams, and its legacy GroupedMLP the grouped_gemm package, whose default build "launches one
+#: GEMM kernel per batch element" (tgale96/grouped_gemm README). TransformerEngine PR #3134 (SM100, 8 experts x
+#: 128 tokens, N = K = 2048, kernels only): 0.267 ms through the multi-stream path against 0.069 ms in one CUTLASS
+#: launch, (0.267 - 0.069) / 8 = 25 us per expert. Charged on top of the kernels: each MoE layer's forward waits
+#: for its tokens-per-expert count on the host (dropless routing), so the host does not run ahead of these launches.
+GROUPED_GEMM_LAUNCH_S = 25e-6
+#: Grouped-GEMM kernels (``plan.moe_grouped_gemm``): one launch for all local experts (DeepGEMM, torch._grouped_mm,
+#: CUTLASS grouped kernels), or one launch per expert (Megatron-Core + Transformer Engine).
+GROUPED_GEMM_CODES = {"grouped": 0, "per_expert": 1}
+
 #: Speed-up of the fp8 routed-expert path over 16-bit: pytorch/ao PR #3585 (MXFP8 expert-parallel MoE
 #: training, forward + backward of dispatch, permute, MXFP8 grouped GEMM, unpermute and combine, DeepSeek-V3
 #: shapes): "1.4x speedup over vanilla bf16"; NeMo Automodel PR #3606 measured 1.07x end to end (HybridEP
@@ -100,6 +117,7 @@ MOE_INPUT_COLUMNS: dict[str, float] = {
     "capacity_factor": np.nan,  # expert capacity / mean load; NaN = dropless
     "moe_a2a_overlap": 0.0,     # fraction of a layer's compute that can hide its all-to-all (0..1)
     "moe_load_imbalance": DEFAULT_LOAD_IMBALANCE,
+    "moe_grouped_gemm": 1.0,    # GROUPED_GEMM_CODES; 1 = per_expert (Megatron-Core + TE), as plan.moe_grouped_gemm
 }
 
 
@@ -162,13 +180,16 @@ def a2a_times_s(messages, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.
     return times
 
 
-def grouped_gemm_time_s(groups, rows_per_group, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes):
+def grouped_gemm_time_s(groups, rows_per_group, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes,
+                        per_expert=0.0):
     """One grouped GEMM: ``groups`` experts of ``rows_per_group`` tokens each times a [k, n] weight
-    each; rows padded to :data:`GROUPED_GEMM_TILE_M` per group, every weight read once."""
+    each; rows padded to :data:`GROUPED_GEMM_TILE_M` per group, every weight read once. ``per_expert``
+    (1: one launch per expert) adds :data:`GROUPED_GEMM_LAUNCH_S` per group."""
     rows = groups * ops.ceil(rows_per_group / GROUPED_GEMM_TILE_M) * GROUPED_GEMM_TILE_M
     flops = 2.0 * rows * n * k
     traffic = input_bytes * (rows * k + groups * k * n) + kern.BYTES_16BIT * rows * n
-    return overhead_s + ops.maximum(flops / (flops_per_s * GROUPED_GEMM_RELATIVE), traffic / hbm_bytes_per_s)
+    return (overhead_s + ops.maximum(flops / (flops_per_s * GROUPED_GEMM_RELATIVE), traffic / hbm_bytes_per_s)
+            + per_expert * groups * GROUPED_GEMM_LAUNCH_S)
 
 
 class Terms(NamedTuple):
@@ -258,8 +279,10 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     fe_loc = fe / etp
     # fp8 routed experts: at most FP8_EXPERT_SPEEDUP x the 16-bit rate (fp8 peaks are 2x the 16-bit ones)
     exp_Fps = gemm_Fps * ops.where(fp8 > 0, 0.5 * FP8_EXPERT_SPEEDUP, 1.0) if ops.any(fp8 > 0) else gemm_Fps
-    routed_f = (grouped_gemm_time_s(local, m_exp, fe_loc * g1, h, exp_Fps, hbm_Bps, t0, in_B)
-                + grouped_gemm_time_s(local, m_exp, h, fe_loc, exp_Fps, hbm_Bps, t0, in_B))
+    # the backward (data + weight gradients, 2x the forward below) and full recompute repeat the launches
+    per_expert = c["moe_grouped_gemm"]
+    routed_f = (grouped_gemm_time_s(local, m_exp, fe_loc * g1, h, exp_Fps, hbm_Bps, t0, in_B, per_expert)
+                + grouped_gemm_time_s(local, m_exp, h, fe_loc, exp_Fps, hbm_Bps, t0, in_B, per_expert))
     router_f = kern.gemm_time_s(tok_r, E, h, gemm_Fps, hbm_Bps, t0)
     # permute before dispatch and unpermute after combine: read + write every token copy, twice
     permute = 4.0 * tok_r * k * h * load * kern.BYTES_16BIT / hbm_Bps
