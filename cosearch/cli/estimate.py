@@ -92,7 +92,8 @@ def plan_text(r: dict, pl: dict) -> str:
             f"recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
             + (f" schedule={pl['schedule']}" if pl.get("schedule") else "")
             + (f" ep={pl['ep']} etp={pl.get('etp') or pl['tp']} dispatcher={pl['moe_dispatcher']}"
-               + (" fp8-dispatch" if pl.get("moe_fp8_dispatch") else "") if pl.get("ep", 1) > 1 else ""))
+               + (" fp8-dispatch" if pl.get("moe_fp8_dispatch") else "")
+               + (" grouped-gemm" if pl.get("moe_grouped_gemm") == "grouped" else "") if pl.get("ep", 1) > 1 else ""))
 
 
 def by_type_table(r: dict) -> Table:
