@@ -209,8 +209,9 @@ MOE_REASONS = {
          "windows at 0.25-0.40 of a full layer) would add about 4 % charged as measured (the head-width factor and "
          "tile-counted windows now charge about 2 of it). Eager PyTorch's unfused "
          "memory-bound kernels cost 12 % on one H100 (experiments/gpu/measure_step.py); the rest is not explained",
-    333: "Qwen3-235B-A22B fp8 on 64 B200 (PP 8, VP 2, EP 8, micro-batch 1, GA 128): under-predicted like every fp8 "
-         "B200 row (B200 bias -33 %); many micro-batches of 4k tokens, per-layer MoE costs not modelled",
+    333: "Qwen3-235B-A22B fp8 on 64 B200 (PP 8, VP 2, EP 8, micro-batch 1, GA 128): its twin with full recompute "
+         "(row 342, same recipe) measured 20 % faster than this row without recompute, so no recompute cost fits "
+         "both; many micro-batches of 4k tokens, per-layer MoE host costs beyond the expert GEMM launches not modelled",
 }
 
 
