@@ -349,6 +349,19 @@ def hardware_values(cluster: ClusterSpec, precision: str) -> dict[str, float]:
     return values
 
 
+_SECTION_COLUMNS: dict[type, tuple[tuple[str, dict | None], ...]] = {}
+
+
+def _section_columns(section_type: type) -> tuple[tuple[str, dict | None], ...]:
+    """(field, word codes or None) of each field of a scenario section that is a model column, in field
+    order: what :func:`scenario_columns` reads (worked out once per section class, not per call)."""
+    found = _SECTION_COLUMNS.get(section_type)
+    if found is None:
+        found = _SECTION_COLUMNS[section_type] = tuple(
+            (key, CATEGORICAL_CODES.get(key)) for key in section_type.model_fields if key in INPUT_COLUMNS)
+    return found
+
+
 def scenario_columns(sc: Scenario) -> dict[str, float]:
     """The numeric input columns of the vectorized model for one scenario.
 
@@ -360,10 +373,11 @@ def scenario_columns(sc: Scenario) -> dict[str, float]:
     cols: dict[str, float] = {k: getattr(m, k) for k in ARCH_FIELDS}
     cols.update(moe_columns(m.__dict__))  # MoE / MLA / MTP / window columns (absent: dense, full attention)
     for section in (sc.training, pl, cl):
-        for key, value in section.__dict__.items():  # the fields: these sections hold only plain values
-            if key not in INPUT_COLUMNS or value is None:
-                continue
-            cols[key] = CATEGORICAL_CODES[key][value] if key in CATEGORICAL_CODES else value
+        values = section.__dict__  # the fields: these sections hold only plain values
+        for key, codes in _section_columns(type(section)):
+            value = values[key]
+            if value is not None:
+                cols[key] = value if codes is None else codes[value]
     cols["tokens"] = sc.training.tokens if sc.training.tokens is not None else np.nan
     cols["gpus"] = cl.gpus
     cols["dp"] = pl.dp if pl.dp is not None else cl.gpus / (pl.tp * pl.pp * pl.cp)

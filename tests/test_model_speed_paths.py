@@ -213,3 +213,19 @@ def test_split_batch_reads_only_the_columns_a_block_uses(monkeypatch):
         assert list(alone) == list(both)  # same outputs in the same order (the training ones filled last)
         for k, v in alone.items():
             assert _bits(np.asarray(v, dtype=float)) == _bits(np.asarray(both[k][i:i + 1], dtype=float)), k
+
+
+def test_scalar_divisibility_fast_path_agrees_with_the_array_path():
+    """feasibility._divides / _is_int answer plain floats with ``float.is_integer`` (no dispatch); on every
+    pair of awkward values (a zero divisor left out: Python raises there, and valid_mask retries on arrays)
+    they must give what the array path gives."""
+    from cosearch.model.feasibility import _divides, _is_int
+
+    values = [float(v) for v in AWKWARD] + [4.0, 6.0, 12.0, 2.0 ** 53, 1e300]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for x in values:
+            assert _is_int(x) == bool(_is_int(np.asarray(x))), x
+            for a in values:
+                if a == 0.0:
+                    continue
+                assert _divides(a, x) == bool(_divides(np.asarray(a), np.asarray(x))), (a, x)

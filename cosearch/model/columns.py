@@ -129,12 +129,15 @@ def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[st
     return {k: out[k] if k in out else np.asarray(full[k], dtype=float) for k in full}
 
 
+_FLOAT_ONLY = frozenset((float,))
+
+
 def scalar_columns(cols: Mapping[str, object]) -> dict[str, float]:
     """One configuration as plain Python floats (defaults filled, ``dp`` derived when absent), the same
     values as :func:`broadcast_columns` gives in 0-d arrays: the input of the scalar path
     (:func:`cosearch.model.evaluate_scalar`). Every value must be a scalar (a number, a numpy scalar or
     an array of one element)."""
-    if type(cols) is dict and _NEEDED <= cols.keys() <= _KNOWN and all(type(v) is float for v in cols.values()):
+    if type(cols) is dict and _NEEDED <= cols.keys() <= _KNOWN and set(map(type, cols.values())) <= _FLOAT_ONLY:
         out = _DEFAULTS.copy()  # every column given as a float (cosearch.scenario.scenario_columns)
         out.update(cols)        # keeps the column order
         return out

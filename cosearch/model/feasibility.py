@@ -22,15 +22,23 @@ _SCHEDULES = tuple(float(v) for v in sorted(set(SCHEDULE_CODES.values())))
 _SCHEDULE_FIELD = "plan.schedule"
 
 
-def _divides(a, b):
+def _divides(a, b, *, type=type, _F=float):
     """True where integer ``a`` divides integer ``b`` (both > 0). For integer-valued floats below
-    2**53 the quotient is exact when ``a`` divides ``b``, so floor(q) == q tests it (faster than fmod)."""
+    2**53 the quotient is exact when ``a`` divides ``b``, so floor(q) == q tests it (faster than fmod;
+    a plain float asks ``is_integer``, the same test without the dispatch; inf counts as whole, as floor(inf) == inf)."""
     q = b / a
+    if type(q) is _F:
+        return a > 0 and (q.is_integer() or q in _INFS)
     return (a > 0) & (q == ops.floor(q))
 
 
-def _is_int(x):
+def _is_int(x, *, type=type, _F=float):
+    if type(x) is _F:
+        return x.is_integer() or x in _INFS
     return x == ops.floor(x)
+
+
+_INFS = (float("inf"), float("-inf"))
 
 
 class Rule(NamedTuple):
