@@ -361,3 +361,22 @@ def test_megatron_export_refuses_fp8_dispatch_under_fp8():
     with pytest.raises(CosearchError) as err:
         megatron.flags(fp8)
     assert err.value.field == "plan.moe_fp8_dispatch"
+
+
+def test_unfused_attention_on_an_extended_layer_is_refused_not_priced_as_flash():
+    """The MoE/MLA layer prices fused attention only: ``training.attention: standard`` there was silently
+    the flash price (same step time and memory); now a one-line error naming the field, in the scalar and
+    the vectorized path. A dense model keeps unfused attention (slower than flash, as measured in 2019-21)."""
+    moe_sc = {"model": "mixtral-8x7b", "training": {"global_batch": 256, "precision": "bf16", "attention": "standard"},
+              "cluster": {"gpu": "h100-sxm", "gpus": 64},
+              "plan": {"tp": 2, "ep": 8, "microbatch": 1, "sequence_parallel": True}}
+    with pytest.raises(CosearchError, match=r"^training\.attention: .*allowed there: flash, triton, flash2"):
+        estimate(moe_sc)
+    cols = scenario_columns(parse_scenario({**moe_sc, "training": {**moe_sc["training"], "attention": "flash"}}))
+    both = {k: np.array([v, v]) for k, v in cols.items()}
+    both["attention"] = np.array([0.0, 1.0])  # flash, standard
+    assert evaluate(both)["valid"].tolist() == [True, False]
+    dense = {"model": "gpt3-175b", "training": {"global_batch": 1536, "precision": "bf16"},
+             "cluster": {"gpu": "a100-80gb", "gpus": 1024}, "plan": {"tp": 8, "pp": 8, "microbatch": 1}}
+    unfused = estimate({**dense, "training": {**dense["training"], "attention": "standard"}})["step_time_s"]
+    assert unfused > estimate(dense)["step_time_s"]

@@ -147,6 +147,11 @@ MOE_RULES: tuple[Rule, ...] = (
          "capacity_factor must be > 0 (or none: dropless)"),
     Rule("plan.burst", lambda c: (c["experts"] == 0) | (c["burst"] != 1.0),
          "DeepPool burst parallelism with experts is not modelled (allowed: false)"),
+    # the extended layer (model.moe: experts, MLA or an explicit head_dim) prices fused attention only
+    Rule("training.attention", lambda c: (c["attention"] != 1.0) | ((c["experts"] == 0) & (c["mla"] == 0)
+                                                                     & ops.isnan(c["head_dim"])),
+         "standard (unfused) attention is not modelled for models with experts, MLA or head_dim "
+         "(allowed there: flash, triton, flash2)"),
 )
 DENSE_RULES = RULES
 RULES = DENSE_RULES + MOE_RULES
