@@ -376,6 +376,12 @@ def test_unfused_attention_on_an_extended_layer_is_refused_not_priced_as_flash()
     both = {k: np.array([v, v]) for k, v in cols.items()}
     both["attention"] = np.array([0.0, 1.0])  # flash, standard
     assert evaluate(both)["valid"].tolist() == [True, False]
+    head_dim = {"model": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128256,
+                          "seq_len": 8192, "head_dim": 128, "gated_mlp": True},  # no experts: the extended layer too
+                "training": {"global_batch": 64, "precision": "bf16", "attention": "standard"},
+                "cluster": {"gpu": "h100-sxm", "gpus": 8}, "plan": {"microbatch": 1}}
+    with pytest.raises(CosearchError, match=r"^training\.attention: "):
+        estimate(head_dim)
     dense = {"model": "gpt3-175b", "training": {"global_batch": 1536, "precision": "bf16"},
              "cluster": {"gpu": "a100-80gb", "gpus": 1024}, "plan": {"tp": 8, "pp": 8, "microbatch": 1}}
     unfused = estimate({**dense, "training": {**dense["training"], "attention": "standard"}})["step_time_s"]

@@ -13,6 +13,7 @@ from ..errors import CosearchError
 from . import _ops as ops
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
+from .moe import extended_rows
 from .schedules import DUALPIPE, INTERLEAVED, ONE_F_ONE_B, SCHEDULE_CODES, ZB_H1, ZB_V, ZB_V_CHUNKS
 
 _OFFLOAD_SETS = tuple(float(v) for v in sorted(set(OFFLOAD_CODES.values())))
@@ -69,6 +70,11 @@ RULES: tuple[Rule, ...] = (
     Rule("plan.tp", lambda c: _divides(c["tp"], c["kv_heads"]) | _divides(c["kv_heads"], c["tp"]),
          "tp ({tp:.0f}) must divide model.kv_heads ({kv_heads:.0f}) or be a multiple of it"),
     Rule("plan.tp", lambda c: _divides(c["tp"], c["ffn_hidden"]), "tp ({tp:.0f}) must divide model.ffn_hidden ({ffn_hidden:.0f})"),
+    # the extended layer (model.moe: experts, MLA or an explicit head_dim) prices fused attention only (a dense rule:
+    # MLA and head_dim models without experts take that layer too, and MOE_RULES skip them)
+    Rule("training.attention", lambda c: (c["attention"] != 1.0) | ops.logical_not(extended_rows(c)),
+         "standard (unfused) attention is not modelled for models with experts, MLA or head_dim "
+         "(allowed there: flash, triton, flash2)"),
     # the embedding and the loss may each take a (virtual) stage of their own: Megatron-LM's
     # account_for_embedding/loss_in_pipeline_split (Megatron-Bridge's Llama 3.1 405B recipe: 126 layers on
     # PP 16 x VP 8 = 128 stages; Qwen3-235B-A22B: 94 layers on PP 32 x VP 3); memory.stage_layers splits so
@@ -147,11 +153,6 @@ MOE_RULES: tuple[Rule, ...] = (
          "capacity_factor must be > 0 (or none: dropless)"),
     Rule("plan.burst", lambda c: (c["experts"] == 0) | (c["burst"] != 1.0),
          "DeepPool burst parallelism with experts is not modelled (allowed: false)"),
-    # the extended layer (model.moe: experts, MLA or an explicit head_dim) prices fused attention only
-    Rule("training.attention", lambda c: (c["attention"] != 1.0) | ((c["experts"] == 0) & (c["mla"] == 0)
-                                                                     & ops.isnan(c["head_dim"])),
-         "standard (unfused) attention is not modelled for models with experts, MLA or head_dim "
-         "(allowed there: flash, triton, flash2)"),
 )
 DENSE_RULES = RULES
 RULES = DENSE_RULES + MOE_RULES
