@@ -59,6 +59,17 @@ def prefetching_fsdp(sharding: str, framework: str) -> bool:
             or any(k in f for k in ("jax", "maxtext", "xla", "paxml", "pax ")))
 
 
+def recompute_stops_early(framework: str) -> bool:
+    """Whether a row's full recompute stops once the backward's tensors exist (``plan.recompute_early_stop``):
+    torchtitan (PyTorch's non-reentrant ``checkpoint``, early stop by default since PyTorch 2.1, PRs #96783 and
+    #96866; under torch.compile the partitioner recomputes only what the backward reads) and JAX stacks
+    (``jax.checkpoint``: the recomputed forward is dead-code-eliminated to what the backward uses). Megatron-LM/
+    Core, NeMo and DeepSpeed rerun the whole layer with their own reentrant checkpoint function; llm-foundry's
+    2023 tables predate PyTorch 2.1. A fact of the stack, not of the row."""
+    f = framework.lower()
+    return "torchtitan" in f or any(k in f for k in ("jax", "maxtext", "paxml", "pax ", "levanter"))
+
+
 def attention_kernel(framework: str, legacy: bool) -> str:
     """``training.attention`` of a row's stack: unfused for the pre-2022 Megatron-LM runs (``legacy``), the 2023
     Triton kernel where the framework names Triton (llm-foundry), FlashAttention-2's rate ("flash2") for PyTorch

@@ -141,6 +141,11 @@ class PlanSpec(_Strict):
                                           "gathers and reduce-scatters; default the profile's, fitted on DeepSpeed "
                                           "2021 and PyTorch FSDP1 2023 runs (~0.03); 1: every transfer that fits "
                                           "under the compute is hidden (Megatron-FSDP, PyTorch FSDP2 prefetching)")
+    recompute_early_stop: Bool = Field(False, description="with recompute full: the recomputed forward stops once "
+                                       "every tensor the backward needs exists, so the dense MLP's last GEMM (fc2/w2) "
+                                       "and its tensor-parallel reduction are not rerun (PyTorch >= 2.1 non-reentrant "
+                                       "checkpoint, torchtitan; JAX remat). false: the whole layer reruns (Megatron-Core, "
+                                       "DeepSpeed)")
     overlap_grad_reduce: Bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
     tp_comm_overlap: Bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
                                   "(Megatron-Core/NeMo --tp-comm-overlap, Transformer Engine userbuffers)")

@@ -188,6 +188,11 @@ def test_deepspeed_json_keys_documented_and_batch_arithmetic(plan):
     ("torchtitan", scenario(zero=1), "plan.zero"),
     ("torchtitan", scenario(tp=8, zero=3), "plan.sequence_parallel"),
     ("torchtitan", scenario(training={"precision": "fp16"}, zero=3), "training.precision"),
+    # full recompute must say how it ends: Megatron/NeMo/DeepSpeed rerun the whole layer, torchtitan stops early
+    ("torchtitan", scenario(zero=3, recompute="full"), "plan.recompute_early_stop"),
+    ("megatron", scenario(tp=8, recompute="full", recompute_early_stop=True), "plan.recompute_early_stop"),
+    ("nemo", scenario(tp=8, zero=1, recompute="full", recompute_early_stop=True), "plan.recompute_early_stop"),
+    ("deepspeed", scenario(zero=3, recompute="full", recompute_early_stop=True), "plan.recompute_early_stop"),
 ])
 def test_refused_plans_name_the_field(fmt, sc, field):
     with pytest.raises(CosearchError) as err:
@@ -207,7 +212,8 @@ def test_nemo_overrides():
 
 @pytest.mark.parametrize("plan", [
     {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 3, "recompute": "selective", "sequence_parallel": True},
-    {"tp": 2, "cp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True},
+    {"tp": 2, "cp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True,
+     "recompute_early_stop": True},
     {"microbatch": 1, "zero": 0, "recompute": "none"},
 ])
 def test_torchtitan_toml_round_trip(plan):

@@ -175,3 +175,67 @@ def test_prefetching_fsdp_stacks_by_name():
     assert prefetching_fsdp("fsdp", "torchtitan (pytorch fsdp2)")
     assert not prefetching_fsdp("fsdp full_shard", "composer/llm-foundry (pytorch fsdp, triton/flash attention, alibi)")
     assert not prefetching_fsdp("deepspeed zero-3", "deepspeed")
+
+
+# --- full recompute stopped early (PyTorch >= 2.1 non-reentrant checkpoint, torchtitan; JAX remat) -----------
+L1, H1, F1, TOK1 = 24, 2048, 8192, 4 * 2048  # a 1.3B GPT on one H100, micro-batch 4 x 2048 tokens
+
+
+def _one_gpu(gpus=1, **plan):
+    return {"model": {"layers": L1, "hidden": H1, "heads": 16, "ffn_hidden": F1, "vocab": 50304, "seq_len": 2048},
+            "training": {"global_batch": 4, "precision": "bf16", "attention": "flash"},
+            "cluster": {"gpu": "h100-sxm", "gpus": gpus}, "plan": {"microbatch": 4, **plan}}
+
+
+def test_recompute_stopped_early_skips_each_layers_fc2_gemm():
+    from cosearch import hardware
+    from cosearch.model.profile import DEFAULT_PROFILE as P
+
+    full = cosearch.estimate(_one_gpu(recompute="full"))
+    early = cosearch.estimate(_one_gpu(recompute="full", recompute_early_stop=True))
+    # hand: fc2 is [tok x f] @ [f x h], compute-bound here: t0 + 2*tok*f*h / (peak x eta x matmul_scale)
+    rate = hardware.peak_tflops("h100-sxm", "bf16") * 1e12 * hardware.gpu("h100-sxm")["matmul_efficiency"] * P.matmul_scale
+    fc2_s = P.gemm_overhead_s + 2.0 * TOK1 * F1 * H1 / rate
+    assert full["breakdown_s"]["recompute"] - early["breakdown_s"]["recompute"] == pytest.approx(L1 * fc2_s, rel=1e-9)
+    assert full["step_time_s"] - early["step_time_s"] == pytest.approx(L1 * fc2_s, rel=1e-9)  # nothing else moves
+    assert early["memory_gib"] == full["memory_gib"]
+    # hardware FLOPs: the recomputed forward lacks fc2's 2*h*f per token and layer
+    tokens = 4 * 2048
+    hw_full = full["hardware_tflops_per_gpu"] * full["step_time_s"]
+    hw_early = early["hardware_tflops_per_gpu"] * early["step_time_s"]
+    assert (hw_full - hw_early) * 1e12 == pytest.approx(L1 * 2.0 * H1 * F1 * tokens, rel=1e-9)
+    # measured on one H100 (PyTorch 2.11, eager, torch.utils.checkpoint(use_reentrant=False)): a full-recompute
+    # step of this model costs 1.200x the plain step (experiments/results/gpu/step_h100.csv, gpt-1.3b mb 4)
+    plain = cosearch.estimate(_one_gpu(recompute="none"))
+    assert early["step_time_s"] / plain["step_time_s"] == pytest.approx(1.200, abs=0.02)
+    assert full["step_time_s"] / plain["step_time_s"] > 1.25   # a whole rerun layer costs more
+
+
+@pytest.mark.parametrize("rc", ["none", "selective"])
+def test_early_stop_changes_nothing_without_full_recompute(rc):
+    a = cosearch.estimate(_one_gpu(recompute=rc))
+    b = cosearch.estimate(_one_gpu(recompute=rc, recompute_early_stop=True))
+    assert (a["step_time_s"], a["memory_gib"], a["hardware_tflops_per_gpu"]) == \
+        (b["step_time_s"], b["memory_gib"], b["hardware_tflops_per_gpu"])
+
+
+@pytest.mark.parametrize("sp, rerun_share", [(False, 0.5), (True, 0.75)])
+def test_early_stop_skips_the_tensor_parallel_reduction_after_fc2(sp, rerun_share):
+    # per layer and micro-batch: 2 all-reduces forward, 2 backward, 2 more for a rerun forward; stopped early the
+    # rerun loses the all-reduce after fc2 (1 of 2), under SP its reduce-scatter (half of 1 of 2 pairs)
+    tp = {rc: cosearch.estimate(_one_gpu(gpus=2, tp=2, sequence_parallel=sp, recompute=rc))["breakdown_s"]["tp_comm"]
+          for rc in ("none", "full")}
+    early = cosearch.estimate(_one_gpu(gpus=2, tp=2, sequence_parallel=sp, recompute="full",
+                                       recompute_early_stop=True))["breakdown_s"]["tp_comm"]
+    assert tp["full"] > tp["none"] > 0
+    assert (early - tp["none"]) / (tp["full"] - tp["none"]) == pytest.approx(rerun_share, rel=1e-9)
+
+
+def test_moe_layers_rerun_their_experts_when_stopped_early():
+    # the combine weights the experts' output by the router's probabilities and saves it: nothing is skipped
+    sc = {"model": "mixtral-8x7b", "training": {"global_batch": 256, "precision": "bf16"},
+          "cluster": {"gpu": "h100-sxm", "gpus": 64},
+          "plan": {"tp": 2, "pp": 4, "ep": 8, "sequence_parallel": True, "zero": 1, "recompute": "full"}}
+    a = cosearch.estimate(sc)
+    b = cosearch.estimate({**sc, "plan": {**sc["plan"], "recompute_early_stop": True}})
+    assert a["step_time_s"] == b["step_time_s"] and a["hardware_tflops_per_gpu"] == b["hardware_tflops_per_gpu"]

@@ -209,3 +209,14 @@ def test_a_hardware_flop_rate_is_not_taken_for_model_flops():
                       flops_convention="teraFLOP/s per GPU, INCLUDES recompute forward (HFU-like)")
     c = build_candidates(pd.DataFrame([row]))
     assert c.skipped[0]["reason"] == "no stated step time, throughput or FLOP rate to derive one from"
+
+
+@pytest.mark.parametrize("framework, early", [
+    ("torchtitan (PyTorch FSDP2)", True),        # torch.utils.checkpoint(use_reentrant=False): early stop (PyTorch >= 2.1)
+    ("MaxText (JAX)", True),                     # jax.checkpoint: the rerun forward keeps what the backward reads
+    ("NeMo 24.x (Megatron-Core, TE)", False),    # Megatron's reentrant CheckpointFunction reruns the layer
+    ("Composer/llm-foundry (PyTorch FSDP, Triton/Flash attention, ALiBi)", False),  # 2023 tables, before PyTorch 2.1
+])
+def test_full_recompute_stops_early_on_pytorch_native_and_jax_stacks(framework, early):
+    plan = row_scenarios(_modern_row(framework=framework, recompute="full", dp_sharding="FSDP2"))[0]["plan"]
+    assert plan["recompute"] == "full" and plan.get("recompute_early_stop", False) is early

@@ -9,7 +9,8 @@ Follows **torchtitan v0.1.0** ``torchtitan/config/job_config.py``:
 LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel_layers_per_stage``,
 ``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[training]``
 ``local_batch_size``, ``global_batch_size``, ``seq_len``, ``steps``, ``mixed_precision_param``;
-``[activation_checkpoint] mode`` (``none``/``selective``/``full``, ``selective_ac_option = "op"``);
+``[activation_checkpoint] mode`` (``none``/``selective``/``full``, ``selective_ac_option = "op"``; full is
+``plan.recompute_early_stop``: PyTorch's non-reentrant checkpoint stops the recompute early);
 ``[model] converters = ["float8"]`` with ``[float8]`` for fp8.
 
 Names checked (issue 15) against pytorch/torchtitan torchtitan/config/job_config.py
@@ -68,6 +69,10 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
         raise refuse("training.dropout", "torchtitan's models train without dropout")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: no torchtitan offload setting is mapped; use 'none'")
+    if pl.recompute == "full" and not pl.recompute_early_stop:
+        raise refuse("plan.recompute_early_stop", "torchtitan's full activation checkpointing stops the recompute early "
+                     "(PyTorch's non-reentrant checkpoint; torch.compile recomputes only what the backward reads); "
+                     "set it true to export")
     schedule = _SCHEDULES.get(schedule_name(pl.schedule, pl.interleave)) if pl.pp > 1 else None
     if pl.pp > 1 and schedule is None:
         raise refuse("plan.schedule", {
@@ -198,5 +203,6 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     plan = {"tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave, "recompute": mode,
             "schedule": "zb-v" if pp > 1 and sched_in == "zb-v" else None,
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
-            "tp_comm_overlap": bool(par.get("enable_async_tensor_parallel", False))}
+            "tp_comm_overlap": bool(par.get("enable_async_tensor_parallel", False)),
+            "recompute_early_stop": mode == "full"}
     return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})

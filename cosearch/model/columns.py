@@ -66,6 +66,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "zero_group": np.nan,  # NaN: shard over the whole data-parallel group (FSDP FULL_SHARD)
     "zero3_live_params": np.nan,  # DeepSpeed stage3_max_live_parameters; NaN: FSDP (two wrapped layers gathered)
     "fsdp_overlap": np.nan,      # share of compute that hides FSDP traffic; NaN: the profile's fsdp_overlap
+    "recompute_early_stop": 0.0,  # 1: full recompute skips the dense MLP's last GEMM (PyTorch non-reentrant, JAX)
     "overlap_grad_reduce": 1.0,  # 0: gradients reduced after the backward pass (Megatron-LM before 2022)
     "tp_comm_overlap": 0.0,      # 1: tensor-parallel collectives overlapped with GEMMs (TE userbuffers)
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations

@@ -238,7 +238,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     tp_ar = tp_ar * ops.where((fp8 > 0) & (sp > 0) & (c["tp_comm_overlap"] > 0), 0.75, 1.0)
     tp_exposed = 1.0 - p.tp_overlap * c["tp_comm_overlap"]
     tp_layer_f = 2.0 * tp_ar * tp_exposed
-    tp_layer_b = tp_ar * (2.0 + 2.0 * (rc >= 2)) * tp_exposed
+    # a recompute stopped early (layer.py) also skips the reduction after fc2: the all-reduce, or under SP
+    # the reduce-scatter (half of the pair); dense models only (a MoE layer reruns its experts)
+    rerun_ar = 2.0 - c["recompute_early_stop"] * (c["experts"] == 0) * ops.where(sp > 0, 0.5, 1.0)
+    tp_layer_b = tp_ar * (2.0 + rerun_ar * (rc >= 2)) * tp_exposed
     # Context parallel (ring attention): K and V blocks circulate over cp-1 steps in forward, and K, V
     # plus their gradients in backward, overlapped with the attention computation.
     cp_bw, cp_lat = fabric.link(cp, tp)
@@ -464,7 +467,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # hardware FLOPs add what is recomputed: the whole forward of each layer (full), or the attention
     # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
     attn_core = L * span * fl.attention_flops_per_token(h, s) * tokens_step
-    recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - (1.0 + mtp) * 2.0 * h * V * tokens_step,
+    # (stopped early, a dense model's fc2 is not rerun; a MoE model's few leading dense layers are not subtracted)
+    fc2_skipped = c["recompute_early_stop"] * (c["experts"] == 0) * L * 2.0 * h * f * tokens_step
+    recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - (1.0 + mtp) * 2.0 * h * V * tokens_step - fc2_skipped,
                                    ops.where((rc >= 1) & std_attn, attn_core, 0.0))
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12

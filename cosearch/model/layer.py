@@ -31,12 +31,18 @@ class DenseLayer(NamedTuple):
 def gemm_forward_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B, widths=None):
     """Forward time of the layer's four GEMMs (QKV, projection, fc1, fc2) on one TP rank; ``widths``:
     :func:`local_widths` where already known."""
+    head, fc2 = _gemm_forward_parts_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B, widths)
+    return head + fc2
+
+
+def _gemm_forward_parts_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B, widths=None):
+    """(QKV + projection + fc1, fc2) forward times: fc2 apart, the GEMM a stopped-early recompute skips."""
     h_loc, f_loc, qkv_loc, fc1_loc = widths or local_widths(h, f, gated, tp, kv_loc)
     g_qkv = kern.gemm_time_s(tok, qkv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
     g_proj = kern.gemm_time_s(tok, h, h_loc, gemm_Fps, hbm_Bps, t0, in_B)
     g_fc1 = kern.gemm_time_s(tok, fc1_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
     g_fc2 = kern.gemm_time_s(tok, h, f_loc, gemm_Fps, hbm_Bps, t0, in_B)
-    return g_qkv + g_proj + g_fc1 + g_fc2
+    return g_qkv + g_proj + g_fc1, g_fc2
 
 
 def local_widths(h, f, gated, tp, kv_loc):
@@ -51,7 +57,8 @@ def dense_layer(c, *, tok, s_loc, mb, tp, sp, rc, fp8, in_B, kv_loc, h_rep, gemm
     h, a, f, gated, s, attn_kind = c["hidden"], c["heads"], c["ffn_hidden"], c["gated_mlp"], c["seq_len"], c["attention"]
     std_attn = attn_kind == 1
     widths = h_loc, f_loc, qkv_loc, fc1_loc = local_widths(h, f, gated, tp, kv_loc)
-    gemm_f = gemm_forward_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B, widths)
+    gemm_head, gemm_fc2 = _gemm_forward_parts_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, in_B, widths)
+    gemm_f = gemm_head + gemm_fc2
     attn_flash = kern.flash_attention_time_s(mb, s_loc, s, h_loc, attn_Fps)
     any_std = ops.any(std_attn)
     if any_std:
@@ -68,7 +75,10 @@ def dense_layer(c, *, tok, s_loc, mb, tp, sp, rc, fp8, in_B, kv_loc, h_rep, gemm
     layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem16 + cast_b
     act_fn_f = tok * kern.BYTES_16BIT * (2.0 + gated) * f / tp / hbm_Bps
     selective_r = ops.where(std_attn > 0, attn_f, act_fn_f) if any_std else act_fn_f
-    layer_r = ops.where(rc >= 2, layer_f, ops.where(rc >= 1, selective_r, 0.0))
+    # full recompute reruns the forward; stopped early (PyTorch's non-reentrant checkpoint, JAX remat) it ends
+    # once fc2's input exists: no backward needs fc2's output (measured, experiments/gpu/compare_step.py)
+    full_r = layer_f - c["recompute_early_stop"] * gemm_fc2
+    layer_r = ops.where(rc >= 2, full_r, ops.where(rc >= 1, selective_r, 0.0))
     act_layer, act_layer_none = mem.layer_activation_bytes(
         s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, attn_kind, c["dropout"], fp8
     )

@@ -301,7 +301,14 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     den_f = attn_gemm_f + attn_f + dense_gemm_f + dense_elem + cast
     den_b = 2.0 * (attn_gemm_f + dense_gemm_f + dense_elem) + attn_b + cast
     moe_r = ops.where(rc_full, moe_f, ops.where(rc_sel, act_e + act_s, 0.0))
-    den_r = ops.where(rc_full, den_f, ops.where(rc_sel, act_d, 0.0))
+    # a recompute stopped early skips the dense MLP's fc2 (layer.py); a MoE layer's combine weights the experts'
+    # output by the router's probabilities and saves it, so its expert GEMMs rerun
+    early = c["recompute_early_stop"]
+    if any_dense and ops.any(early > 0):
+        den_f_r = den_f - early * ops.where(fd > 0, kern.gemm_time_s(tok, h, fd_loc, gemm_Fps, hbm_Bps, t0, in_B), 0.0)
+    else:
+        den_f_r = den_f
+    den_r = ops.where(rc_full, den_f_r, ops.where(rc_sel, act_d, 0.0))
 
     # --- all-to-all dispatch and combine ---------------------------------------------------------
     copies = tok_r * k * h * load

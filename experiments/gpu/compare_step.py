@@ -30,7 +30,9 @@ def scenario(r) -> dict:
                       "vocab": VOCAB, "seq_len": int(r.seq_len), "tied_embeddings": True},
             "training": {"global_batch": int(r.microbatch), "precision": "bf16", "attention": "flash"},
             "cluster": {"gpu": "h100-sxm", "gpus": 1},
-            "plan": {"microbatch": int(r.microbatch), "recompute": r.recompute}}
+            # eager blocks go through torch.utils.checkpoint(use_reentrant=False), which stops the recompute early
+            # (PyTorch >= 2.1); a compiled block is one graph whose forward reruns whole
+            "plan": {"microbatch": int(r.microbatch), "recompute": r.recompute, "recompute_early_stop": not r.compiled}}
 
 
 def main() -> None:
