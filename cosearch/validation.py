@@ -43,6 +43,8 @@ MODERN_PATH = DATA_DIR / "published_runs_modern.csv"
 #: Dense Llama runs of Megatron-Bridge's performance summary (B200, GB200, GB300, H100; fp8): held out,
 #: never used to fit the profile (experiments/validate.py reports them apart).
 BRIDGE_DENSE_PATH = DATA_DIR / "published_runs_bridge_dense.csv"
+#: NeMo's long-sequence table (Llama 2 7B fp8 on H100, 4k-1M tokens, CP 1-32): held out the same way.
+LONG_CONTEXT_PATH = DATA_DIR / "published_runs_long_context.csv"
 
 #: Columns of a published-runs table: published_runs_modern.csv's header and the MoE table's extra cells. A table
 #: that leaves some out (another source's export, a hand-made CSV) reads them as empty cells, so a row states

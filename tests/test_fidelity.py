@@ -151,6 +151,19 @@ def test_held_out_blackwell_dense_runs():
     assert t["error"].abs().median() <= 0.08
 
 
+def test_held_out_long_context_runs_fit_and_keep_their_stated_plans():
+    # NeMo's long-sequence table (Llama 2 7B fp8, 4k-1M tokens, CP 1-32 on H100): every stated plan fits in
+    # 80 GB, and the step time the FLOP rate gives grows with the attention's s^2 share (non-causal count)
+    from cosearch.validation import LONG_CONTEXT_PATH
+
+    t = validation_table(build_candidates(load_published_runs(LONG_CONTEXT_PATH)))
+    assert len(t) == 9 and t["fits"].all()
+    assert list(t["cp"]) == [1, 1, 1, 2, 2, 4, 8, 16, 32] and t["seq_len"].is_monotonic_increasing
+    # 4M tokens per step on seq/1k GPUs: 12*s*h*L attention FLOPs per token grow with s while the GPUs grow with it
+    per_token_gpu_s = t["measured_step_s"] * t["gpus"] / 4194304
+    assert per_token_gpu_s.is_monotonic_increasing
+
+
 def test_fsdp_overlap_is_a_plan_knob_defaulting_to_the_profile():
     from cosearch.model.profile import DEFAULT_PROFILE
 
