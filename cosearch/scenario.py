@@ -144,8 +144,9 @@ class PlanSpec(_Strict):
     recompute_early_stop: Bool = Field(False, description="with recompute full: the recomputed forward stops once "
                                        "every tensor the backward needs exists, so the dense MLP's last GEMM (fc2/w2) "
                                        "and its tensor-parallel reduction are not rerun (PyTorch >= 2.1 non-reentrant "
-                                       "checkpoint, torchtitan; JAX remat). false: the whole layer reruns (Megatron-Core, "
-                                       "DeepSpeed)")
+                                       "checkpoint over native layers, torchtitan; JAX remat; not eager Transformer Engine "
+                                       "modules, which save after their GEMM). false: the whole layer reruns "
+                                       "(Megatron-Core, DeepSpeed)")
     overlap_grad_reduce: Bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
     tp_comm_overlap: Bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
                                   "(Megatron-Core/NeMo --tp-comm-overlap, Transformer Engine userbuffers)")
