@@ -238,9 +238,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     tp_ar = tp_ar * ops.where((fp8 > 0) & (sp > 0) & (c["tp_comm_overlap"] > 0), 0.75, 1.0)
     tp_exposed = 1.0 - p.tp_overlap * c["tp_comm_overlap"]
     tp_layer_f = 2.0 * tp_ar * tp_exposed
-    # a recompute stopped early (layer.py) also skips the reduction after fc2: the all-reduce, or under SP
-    # the reduce-scatter (half of the pair); dense models only (a MoE layer reruns its experts)
-    rerun_ar = 2.0 - c["recompute_early_stop"] * (c["experts"] == 0) * ops.where(sp > 0, 0.5, 1.0)
+    # a recompute stopped early (layer.py) skips each dense layer's fc2 and the reduction after it: the all-reduce,
+    # or under SP the reduce-scatter (half of the pair); dense models only (a MoE layer reruns its experts)
+    early_dense = c["recompute_early_stop"] * (c["experts"] == 0)
+    rerun_ar = 2.0 - early_dense * ops.where(sp > 0, 0.5, 1.0)
     tp_layer_b = tp_ar * (2.0 + rerun_ar * (rc >= 2)) * tp_exposed
     # Context parallel (ring attention): K and V blocks circulate over cp-1 steps in forward, and K, V
     # plus their gradients in backward, overlapped with the attention computation.
@@ -468,7 +469,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
     attn_core = L * span * fl.attention_flops_per_token(h, s) * tokens_step
     # (stopped early, a dense model's fc2 is not rerun; a MoE model's few leading dense layers are not subtracted)
-    fc2_skipped = c["recompute_early_stop"] * (c["experts"] == 0) * L * 2.0 * h * f * tokens_step
+    fc2_skipped = early_dense * L * 2.0 * h * f * tokens_step
     recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - (1.0 + mtp) * 2.0 * h * V * tokens_step - fc2_skipped,
                                    ops.where((rc >= 1) & std_attn, attn_core, 0.0))
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
