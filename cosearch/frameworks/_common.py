@@ -34,9 +34,13 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
             if on:
                 raise refuse(f"model.{key}", f"mixture-of-experts / MLA / head_dim / MTP / sliding-window export is "
                              f"mapped for megatron only, not {framework}; use --format megatron")
-    if pl.recompute_early_stop and pl.recompute == "full" and framework != "torchtitan":
-        raise refuse("plan.recompute_early_stop", f"{framework}'s full recompute reruns the whole layer (its own "
-                     "reentrant checkpoint function); set it false to export, or use --format torchtitan")
+    stops_early = framework == "torchtitan"  # the one exported stack whose full recompute stops early
+    if pl.recompute == "full" and pl.recompute_early_stop != stops_early:
+        raise refuse("plan.recompute_early_stop", (
+            "torchtitan's full activation checkpointing stops the recompute early (PyTorch's non-reentrant "
+            "checkpoint; torch.compile recomputes only what the backward reads); set it true to export") if stops_early
+            else (f"{framework}'s full recompute reruns the whole layer (its own reentrant checkpoint function); "
+                  "set it false to export, or use --format torchtitan"))
     allowed = OPTIMIZER_STATES.get(framework, ("fp32",))
     if sc.training.optimizer_states not in allowed:
         raise refuse("training.optimizer_states", f"{sc.training.optimizer_states}: no {framework} setting is mapped "

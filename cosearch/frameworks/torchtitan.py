@@ -69,10 +69,6 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
         raise refuse("training.dropout", "torchtitan's models train without dropout")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: no torchtitan offload setting is mapped; use 'none'")
-    if pl.recompute == "full" and not pl.recompute_early_stop:
-        raise refuse("plan.recompute_early_stop", "torchtitan's full activation checkpointing stops the recompute early "
-                     "(PyTorch's non-reentrant checkpoint; torch.compile recomputes only what the backward reads); "
-                     "set it true to export")
     schedule = _SCHEDULES.get(schedule_name(pl.schedule, pl.interleave)) if pl.pp > 1 else None
     if pl.pp > 1 and schedule is None:
         raise refuse("plan.schedule", {
