@@ -70,6 +70,18 @@ def recompute_stops_early(framework: str) -> bool:
     return "torchtitan" in f or any(k in f for k in ("jax", "maxtext", "paxml", "pax ", "levanter"))
 
 
+def stack_plan_facts(sharding: str, framework: str, zero: int) -> dict[str, Any]:
+    """The plan fields a row's stack fixes, for dense and MoE rows alike: ``fsdp_overlap`` 1 for a prefetching
+    ZeRO-3 (:func:`prefetching_fsdp`), ``recompute_early_stop`` where a full recompute stops early
+    (:func:`recompute_stops_early`); absent otherwise (the model's defaults)."""
+    facts: dict[str, Any] = {}
+    if zero == 3 and prefetching_fsdp(sharding, framework):
+        facts["fsdp_overlap"] = 1.0
+    if recompute_stops_early(framework):
+        facts["recompute_early_stop"] = True
+    return facts
+
+
 def attention_kernel(framework: str, legacy: bool) -> str:
     """``training.attention`` of a row's stack: unfused for the pre-2022 Megatron-LM runs (``legacy``), the 2023
     Triton kernel where the framework names Triton (llm-foundry), FlashAttention-2's rate ("flash2") for PyTorch

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, attention_kernel, causal_flops_count, gpu_id,  # noqa: F401
                      hybrid_shard_group, legacy_megatron, megatron_core_stack, optimizer_states, precision_of,
-                     prefetching_fsdp, recompute_stops_early, zero_stage)
+                     stack_plan_facts, zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
 from .hardware import peak_tflops
@@ -227,8 +227,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
                      "overlap_grad_reduce": not (legacy and zero == 0 and "deepspeed" not in framework),
                      # DeepSpeed's documented default stage3_max_live_parameters (deepspeed.ai config-json)
                      **({"zero3_live_params": 1e9} if "deepspeed" in sharding else {}),
-                     **({"recompute_early_stop": True} if recompute_stops_early(framework) else {}),
-                     **({"fsdp_overlap": 1.0} if zero == 3 and prefetching_fsdp(sharding, framework) else {}),
+                     **stack_plan_facts(sharding, framework, zero),
                      **({"zero_group": group} if group else {})},
         })
     return out

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, attention_kernel, gpu_id, megatron_core_stack, optimizer_states,
-                     precision_of, prefetching_fsdp, recompute_stops_early, zero_stage)
+                     precision_of, stack_plan_facts, zero_stage)
 from .presets import preset
 
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
@@ -188,8 +188,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
         "moe_dispatcher": dispatcher, "moe_a2a_overlap": overlap, "moe_fp8_dispatch": deepseek_own and fp8,
         # Megatron-Core's expert GEMMs launch one GEMM per expert (TE GroupedLinear; cosearch.model.moe)
         "moe_grouped_gemm": "per_expert" if megatron_core else "grouped",
-        **({"fsdp_overlap": 1.0} if zero == 3 and prefetching_fsdp(sharding, framework) else {}),
-        **({"recompute_early_stop": True} if recompute_stops_early(framework) else {}),
+        **stack_plan_facts(sharding, framework, zero),
     }
     if etp is not None:
         plan_fixed["etp"] = etp
