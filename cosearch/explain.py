@@ -27,6 +27,7 @@ from .inventory import inventory_link_columns
 from .neighbours import HARDWARE_FACTORS, Change, inventory_changes, neighbours  # noqa: F401 - re-exported
 from .model import evaluate
 from .model.columns import CATEGORICAL_CODES, INPUT_COLUMNS
+from .model.moe import expert_tp
 from .model.profile import DEFAULT_PROFILE, Profile
 from .scenario import Scenario, load_scenario, scenario_columns
 
@@ -70,8 +71,7 @@ def _links(cols: Mapping[str, float]) -> dict[str, str]:
     """Which link each communication group crosses (Megatron rank order: tp, cp, dp, pp; the ep ranks at
     stride etp, cosearch.model.moe)."""
     dom, tp, cp, dp = cols["nvlink_domain"], cols["tp"], cols["cp"], cols["dp"]
-    etp = cols.get("etp", float("nan"))
-    etp = tp if etp != etp else etp  # NaN: etp = tp
+    etp = expert_tp(cols.get("etp", float("nan")), tp)
 
     def link(size: float, stride: float) -> str:
         return "NVLink" if size * stride <= dom else "network"

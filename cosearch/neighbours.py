@@ -13,6 +13,7 @@ from itertools import permutations
 from typing import Any, Mapping
 
 from .model.columns import CATEGORICAL_CODES
+from .model.moe import expert_tp
 from .model.schedules import SCHEDULE_INTERLEAVE, schedule_name
 from .scenario import Scenario, gpus_used
 
@@ -105,7 +106,7 @@ def moe_changes(sc: Scenario) -> list[Change]:
     Moves the model's rules refuse (experts % ep, ep*etp dividing tp*cp*dp) are dropped by the caller."""
     pl = sc.plan
     out = [Change(f"ep {pl.ep} -> {e}", "plan", {"plan.ep": e}) for e in sorted({max(1, pl.ep // 2), pl.ep * 2} - {pl.ep})]
-    etp = pl.etp if pl.etp is not None else pl.tp
+    etp = expert_tp(pl.etp, pl.tp)
     if etp > 1:
         out.append(Change(f"etp {etp} -> 1", "plan", {"plan.etp": 1}))
     other = "deepep" if pl.moe_dispatcher == "alltoall" else "alltoall"

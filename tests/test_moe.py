@@ -386,3 +386,15 @@ def test_unfused_attention_on_an_extended_layer_is_refused_not_priced_as_flash()
              "cluster": {"gpu": "a100-80gb", "gpus": 1024}, "plan": {"tp": 8, "pp": 8, "microbatch": 1}}
     unfused = estimate({**dense, "training": {**dense["training"], "attention": "standard"}})["step_time_s"]
     assert unfused > estimate(dense)["step_time_s"]
+
+
+def test_expert_tp_defaults_to_tp_on_every_input_kind():
+    """One rule for etp's default (Megatron-Core: expert TP = TP when unset), on model columns (NaN),
+    plain floats (the scalar path) and a Scenario's None."""
+    from cosearch.model.moe import expert_tp
+
+    got = expert_tp(np.array([np.nan, 2.0, 1.0]), np.array([4.0, 4.0, 8.0]))
+    assert got.tolist() == [4.0, 2.0, 1.0]
+    assert expert_tp(float("nan"), 8.0) == 8.0
+    assert expert_tp(1.0, 8.0) == 1.0
+    assert expert_tp(None, 2) == 2

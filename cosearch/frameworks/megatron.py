@@ -65,6 +65,7 @@ import shlex
 from typing import Any, Mapping
 
 from ..errors import CosearchError
+from ..model.moe import expert_tp
 from ..scenario import Scenario, parse_scenario
 from ._common import hybrid, layout, megatron_core_schedule, refuse
 from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe
@@ -169,7 +170,7 @@ def _moe_flags(sc: Scenario) -> list[Any]:
                 m.shared_experts * (m.shared_ffn_hidden or m.expert_ffn_hidden or m.ffn_hidden)]
     if m.dense_layers:
         out += ["--moe-layer-freq", f"([0]*{m.dense_layers}+[1]*{m.layers - m.dense_layers})"]
-    out += ["--expert-model-parallel-size", pl.ep, "--expert-tensor-parallel-size", pl.etp or pl.tp]
+    out += ["--expert-model-parallel-size", pl.ep, "--expert-tensor-parallel-size", expert_tp(pl.etp, pl.tp)]
     if pl.capacity_factor is not None:
         out += ["--moe-expert-capacity-factor", pl.capacity_factor]
     return out

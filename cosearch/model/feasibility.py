@@ -13,7 +13,7 @@ from ..errors import CosearchError
 from . import _ops as ops
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
-from .moe import extended_rows
+from .moe import expert_tp, extended_rows
 from .schedules import DUALPIPE, INTERLEAVED, ONE_F_ONE_B, SCHEDULE_CODES, ZB_H1, ZB_V, ZB_V_CHUNKS
 
 _OFFLOAD_SETS = tuple(float(v) for v in sorted(set(OFFLOAD_CODES.values())))
@@ -124,7 +124,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def _etp(c):
-    return ops.where(ops.isnan(c["etp"]), c["tp"], c["etp"])
+    return expert_tp(c["etp"], c["tp"])
 
 
 #: Mixture-of-experts rules (issue 13, cosearch.model.moe), checked only when some row has experts,

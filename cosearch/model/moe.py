@@ -140,6 +140,14 @@ def split_rows(c):
     return np.flatnonzero(~ext), np.flatnonzero(ext)
 
 
+def expert_tp(etp, tp):
+    """The expert tensor-parallel size of a plan: ``etp`` as stated, ``tp`` where it is unset (NaN in the
+    model columns, None in a Scenario; Megatron-Core's default). The one place this default lives."""
+    if etp is None:
+        return tp
+    return ops.where(ops.isnan(etp), tp, etp)
+
+
 def extended_rows(c):
     """True where a row is extended (experts, MLA or an explicit head_dim): :func:`terms` replaces its
     dense per-layer values."""
@@ -234,7 +242,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     w = widths(c)
     fe, fd, fs, d, d_qk, d_v = w
     ep = c["ep"]
-    etp = ops.where(ops.isnan(c["etp"]), tp, c["etp"])
+    etp = expert_tp(c["etp"], tp)
     ql, kvl, rope, nope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"], c["qk_nope_head_dim"]
     rep_div = ops.where(sp > 0, tp, 1.0)
     tok_r = tok / rep_div                                  # tokens a GPU holds outside attention
