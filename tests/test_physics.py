@@ -147,3 +147,33 @@ def test_uneven_pipeline_split_puts_the_short_stages_first_and_last():
     # peak stored layer-activations: first rank 7 x 16 = 112, second rank 8 x 15 = 120
     peak = max(mem.inflight_layers(7, 16, 1, 64), mem.inflight_layers(8, 16, 1, 64, rank=1))
     assert peak == pytest.approx(120)
+
+
+def test_kernel_rates_follow_the_catalog_by_hand():
+    """evaluate's rate chain on the H100 catalog entry, by hand: the GEMM formula's fitted eta is 0.707 where the
+    largest GEMMs reach 0.80 (hardware.REFERENCE_FIT_ETA), so bf16 GEMMs run at peak x 0.707 x matmul_scale and
+    fp8 GEMMs at the fp8 peak x 0.70 x 0.707/0.80 x matmul_scale, with 16-bit math staying at the bf16 rate;
+    fused attention at flash_attention_relative of the 16-bit GEMM rate, FlashAttention-2 capped at 35 % of
+    the 16-bit peak, and HBM at hbm_efficiency of 3.35 TB/s."""
+    from cosearch.model.columns import ATTENTION_CODES
+    from cosearch.model.evaluate import kernel_rates
+    from cosearch.model.profile import DEFAULT_PROFILE as P
+    from cosearch.scenario import ClusterSpec, hardware_values
+
+    def rates(precision, kind):
+        cols = hardware_values(ClusterSpec(gpu="h100-sxm", gpus=8), precision)
+        return kernel_rates({**cols, "precision": 1.0 if precision == "fp8" else 0.0,
+                             "attention": float(ATTENTION_CODES[kind])}, P)
+
+    bf16 = rates("bf16", "flash")
+    assert bf16.gemm_Fps == pytest.approx(989.4e12 * 0.707 * P.matmul_scale)
+    assert bf16.gemm16_Fps == pytest.approx(bf16.gemm_Fps)
+    assert bf16.attn_Fps == pytest.approx(bf16.gemm16_Fps * min(P.flash_attention_relative, 1.0))
+    assert bf16.hbm_Bps == pytest.approx(3.35e12 * P.hbm_efficiency)
+    fp8 = rates("fp8", "flash")
+    assert fp8.gemm_Fps == pytest.approx(1978.9e12 * 0.70 * (0.707 / 0.80) * P.matmul_scale)
+    # attention and non-GEMM math stay 16-bit: half the fp8 peak (1978.9 / 2 = 989.45 against the bf16 989.4)
+    assert fp8.gemm16_Fps == pytest.approx(bf16.gemm16_Fps, rel=1e-4)
+    assert fp8.attn_Fps == pytest.approx(bf16.attn_Fps, rel=1e-4)
+    fa2 = rates("bf16", "flash2")
+    assert fa2.attn_Fps == pytest.approx(min(bf16.attn_Fps, 0.35 * 989.4e12))

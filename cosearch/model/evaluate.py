@@ -15,7 +15,7 @@ from the statistical efficiency of the batch (:mod:`.statistical`).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -138,6 +138,36 @@ def _deeppool_present(c: Mapping[str, object]) -> bool:
     return not (ops.all(ops.isnan(c["burst"])) and ops.all(ops.isnan(c["multiplex"])))
 
 
+class KernelRates(NamedTuple):
+    """A GPU's kernel rates as the model charges them, before the head-width and sliding-window factors."""
+
+    gemm_Fps: object    # GEMMs at the run's precision, FLOP/s
+    gemm16_Fps: object  # 16-bit GEMMs (attention, logits and non-GEMM math stay 16-bit under fp8), FLOP/s
+    attn_Fps: object    # the row's fused-attention kernel (``training.attention``), FLOP/s
+    hbm_Bps: object     # memory-bound kernels, B/s
+
+
+def kernel_rates(c: Mapping[str, object], p: Profile) -> KernelRates:
+    """The rate chain from the catalog columns (peak, matmul efficiencies, attention speed-up and legacy cap,
+    HBM bandwidth), ``precision`` and ``attention`` to :class:`KernelRates` (also used by the kernel
+    comparisons in experiments/gpu)."""
+    fp8, attn_kind = c["precision"], c["attention"]
+    peak = c["peak_tflops"] * 1e12
+    eff8 = ops.where(ops.isnan(c["matmul_efficiency_fp8"]), c["matmul_efficiency"] * p.fp8_matmul_relative,
+                     c["matmul_efficiency_fp8"])
+    gemm_Fps = peak * (ops.where(fp8 > 0, eff8, c["matmul_efficiency"]) * p.matmul_scale)
+    peak16 = ops.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
+    gemm16_Fps = peak16 * c["matmul_efficiency"] * p.matmul_scale
+    # the GPU's own fused kernel; a faster softmax unit (Blackwell Ultra) speeds it up to at most the GEMM rate
+    attn_Fps = gemm16_Fps * ops.minimum(p.flash_attention_relative * c["attention_speedup"], 1.0)
+    if ops.any(attn_kind >= 2):  # kernels written for an older architecture, capped at their measured rate (gpus.yaml)
+        legacy = c["legacy_attention_efficiency"]
+        legacy_Fps = ops.where(ops.isnan(legacy), attn_Fps, ops.minimum(attn_Fps, legacy * peak16))
+        attn_Fps = ops.where(attn_kind == 2, legacy_Fps * p.triton_attention_relative,
+                             ops.where(attn_kind == 3, legacy_Fps, attn_Fps))
+    return KernelRates(gemm_Fps, gemm16_Fps, attn_Fps, c["hbm_tbps"] * 1e12 * p.hbm_efficiency)
+
+
 def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, record: bool = False,
               deeppool: bool | None = None, training: bool = True) -> dict[str, np.ndarray]:
     """The model on ``c``; ``training`` False leaves the training outputs None (:func:`_deferred_training`)."""
@@ -154,27 +184,13 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     opt_group = ops.where((zero < 3) & ops.isnan(c["zero_group"]), dp * cp, zg)
 
     # --- rates -------------------------------------------------------------------------------
-    peak = c["peak_tflops"] * 1e12
-    eff8 = ops.where(ops.isnan(c["matmul_efficiency_fp8"]), c["matmul_efficiency"] * p.fp8_matmul_relative,
-                    c["matmul_efficiency_fp8"])
-    gemm_eff = ops.where(fp8 > 0, eff8, c["matmul_efficiency"]) * p.matmul_scale
-    gemm_Fps = peak * gemm_eff
-    peak16 = ops.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit
-    gemm16_Fps = peak16 * c["matmul_efficiency"] * p.matmul_scale
-    # the GPU's own fused kernel; a faster softmax unit (Blackwell Ultra) speeds it up to at most the GEMM rate
-    attn_Fps = gemm16_Fps * ops.minimum(p.flash_attention_relative * c["attention_speedup"], 1.0)
-    if ops.any(attn_kind >= 2):  # kernels written for an older architecture, capped at their measured rate (gpus.yaml)
-        legacy = c["legacy_attention_efficiency"]
-        legacy_Fps = ops.where(ops.isnan(legacy), attn_Fps, ops.minimum(attn_Fps, legacy * peak16))
-        attn_Fps = ops.where(attn_kind == 2, legacy_Fps * p.triton_attention_relative,
-                             ops.where(attn_kind == 3, legacy_Fps, attn_Fps))
+    gemm_Fps, gemm16_Fps, attn_Fps, hbm_Bps = kernel_rates(c, p)
     attn_Fps = attn_Fps * kern.attention_head_width_factor(*head_widths(c))  # narrow heads: softmax-bound
     windowed = win.active(c)
     span = 1.0  # the attention term's share in the model-FLOPs count
     if windowed:  # sliding windows: the fused kernel skips the blocks outside the band (window.py)
         attn_work, span = win.fractions(c)
         attn_Fps = attn_Fps / attn_work
-    hbm_Bps = c["hbm_tbps"] * 1e12 * p.hbm_efficiency
     nvl_Bps = c["nvlink_gbps"] * 1e9 * p.nvlink_efficiency
     net_Bps = c["network_gbps"] * (1e9 / 8.0) * p.network_efficiency
     dom = c["nvlink_domain"]
@@ -488,7 +504,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         "hardware_tflops_per_gpu": hw_tflops_per_gpu,
         # against the dense peak of the plan's precision (fp8 peak for fp8 plans, as NVIDIA's recipes
         # report it), so it never exceeds 1
-        "mfu": model_tflops_per_gpu * 1e12 / peak,
+        "mfu": model_tflops_per_gpu * 1e12 / (c["peak_tflops"] * 1e12),
         "memory_gib": memory_bytes / mem.GIB,
         "usable_memory_gib": usable / mem.GIB,
         "cost_usd_per_step": run["cost_usd_per_step"],
