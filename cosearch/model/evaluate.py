@@ -373,7 +373,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     if ext is not None:
         owned = owned + experts_stage / ops.where(zero >= 1, ext.edp, 1.0)
     opt_code = c["optimizer_states"]
-    opt_B, opt_traffic = mem.optimizer_state_bytes(opt_code), mem.optimizer_traffic_bytes(opt_code)
+    opt_B, opt_traffic = mem.optimizer_bytes(opt_code)
     optimizer = owned * opt_traffic / hbm_Bps
     if any_offload:
         # ZeRO-Offload: gradient shards go down while the reduction runs (other link, same window),

@@ -98,7 +98,7 @@ def _pipeline(sh, hws, use, p: Profile):
     for k in order:
         last_type = np.where(used[k], k, last_type)
     states = sh["optimizer_states"]
-    opt_B, opt_traffic = mem.optimizer_state_bytes(states), mem.optimizer_traffic_bytes(states)
+    opt_B, opt_traffic = mem.optimizer_bytes(states)
     sb = sum(mem.model_state_bytes(1.0, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B))  # per param
     lp, emb, act, work = q0["layer_params"], q0["emb_params"], q0["act_layer_bytes"], q0["working_bytes"]
     g_type, g_count, g_rank, g_last = [], [], [], []

@@ -64,6 +64,12 @@ def optimizer_traffic_bytes(code):
     return _by_state(code, OPTIMIZER_TRAFFIC_BYTES)
 
 
+def optimizer_bytes(code):
+    """(state bytes held, HBM bytes one Adam update moves) per owned parameter of the ``optimizer_states``
+    code(s): what the memory model and the optimizer-step time each need."""
+    return optimizer_state_bytes(code), optimizer_traffic_bytes(code)
+
+
 def state_divisors(zero, shard_group):
     """What ZeRO stage ``zero`` divides the (weights, gradients, optimizer) states by: the shard group
     from stage 3, 2 and 1 on (computed once for the several ranks :func:`model_state_bytes` sizes)."""
