@@ -3,6 +3,8 @@
 Reads experiments/results/gpu/layer_<gpu>.csv (from measure_layer.py on the H100 and H200), predicts the same layer's forward
 and forward+backward time with cosearch's kernel model (GEMMs, flash attention, memory-bound
 kernels) at the given profile, prints the errors and writes experiments/results/gpu/compare_layer.json.
+Also compares the fused causal attention alone (attention_<gpu>.csv, cuDNN through torch SDPA) with the
+model's attention rate, by sequence length: the measured rate grows with the sequence, the model's is flat.
 """
 from __future__ import annotations
 
@@ -16,27 +18,57 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from cosearch.hardware import gpu  # noqa: E402
 from cosearch.model import compute as kern  # noqa: E402
+from cosearch.model.columns import ATTENTION_CODES  # noqa: E402
+from cosearch.model.evaluate import kernel_rates  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE, Profile  # noqa: E402
+from cosearch.scenario import ClusterSpec, hardware_values  # noqa: E402
 
 RESULTS = HERE.parent / "results" / "gpu"
 
 
+def rates(p: Profile, gpu_id: str):
+    """The model's bf16 kernel rates on ``gpu_id`` with the fused (cuDNN) attention kernel (evaluate's own chain)."""
+    cols = hardware_values(ClusterSpec(gpu=gpu_id, gpus=1), "bf16")
+    return kernel_rates({**cols, "precision": 0.0, "attention": float(ATTENTION_CODES["flash"])}, p)
+
+
 def layer_times(r: pd.Series, p: Profile, gpu_id: str = "h100-sxm") -> tuple[float, float]:
-    g = gpu(gpu_id)
-    gemm_Fps = g["peak_tflops"]["bf16"] * 1e12 * g["matmul_efficiency"] * p.matmul_scale
-    hbm = g["hbm_tbps"] * 1e12 * p.hbm_efficiency
+    gemm_Fps, _, attn_Fps, hbm = rates(p, gpu_id)
     tok = r.microbatch * r.seq_len
     h, f, tp, gated = r.hidden, r.ffn_hidden, r.tp, r.gated_mlp
     kv_loc = h / r.heads * max(r.kv_heads / tp, 1)
     t0 = p.gemm_overhead_s
     gemm = (kern.gemm_time_s(tok, h / tp + 2 * kv_loc, h, gemm_Fps, hbm, t0) + kern.gemm_time_s(tok, h, h / tp, gemm_Fps, hbm, t0)
             + kern.gemm_time_s(tok, f * (1 + gated) / tp, h, gemm_Fps, hbm, t0) + kern.gemm_time_s(tok, h, f / tp, gemm_Fps, hbm, t0))
-    attn = kern.flash_attention_time_s(r.microbatch, r.seq_len, r.seq_len, h / tp, gemm_Fps * p.flash_attention_relative)
+    attn = kern.flash_attention_time_s(r.microbatch, r.seq_len, r.seq_len, h / tp, attn_Fps)
     elem = tok * kern.elementwise_bytes_per_token(h, f / tp, gated) / hbm
     fwd = gemm + attn + elem
-    return fwd, fwd + 2 * gemm + 2.5 * attn + 2 * elem
+    return fwd, fwd + 2 * gemm + kern.FLASH_BACKWARD_RELATIVE * attn + 2 * elem
+
+
+def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
+    """Fused causal attention alone: the model's forward and forward+backward times against the measured ones,
+    and the measured forward+backward rate by sequence length (FLOPs counted as the model counts them)."""
+    parts = []
+    for tag, gid in (("h100", "h100-sxm"), ("h200", "h200")):
+        path = RESULTS / f"attention_{tag}.csv"
+        if path.exists():
+            parts.append(pd.read_csv(path).assign(gpu_id=gid))
+    d = pd.concat(parts, ignore_index=True)
+    pred_f = []
+    for _, r in d.iterrows():
+        width = kern.attention_head_width_factor(float(r.head_dim), float(r.head_dim))
+        pred_f.append(kern.flash_attention_time_s(r.batch, r.seq, r.seq, r.heads * r.head_dim,
+                                                  float(rates(p, r.gpu_id).attn_Fps) * width))
+    d["pred_fwd_s"] = pred_f
+    d["pred_fwd_bwd_s"] = d.pred_fwd_s * (1.0 + kern.FLASH_BACKWARD_RELATIVE)
+    d["fwd_err"] = d.pred_fwd_s / d.fwd_s - 1.0
+    d["fwd_bwd_err"] = d.pred_fwd_bwd_s / d.fwd_bwd_s - 1.0
+    out = {"median_abs_error_fwd_bwd": float(d.fwd_bwd_err.abs().median()),
+           "fwd_bwd_error_by_seq_hd128": {f"{g}/{int(s)}": float(e) for g, s, e in
+                                          d[d.head_dim == 128][["gpu_id", "seq", "fwd_bwd_err"]].itertuples(index=False)}}
+    return d, out
 
 
 def main() -> None:
@@ -56,6 +88,11 @@ def main() -> None:
                      "median_abs_error_fwd": float(d[f"{name}_fwd_err"].abs().median())}
     pd.set_option("display.width", 200)
     print(d.drop(columns=["gpu"]).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    for name, prof in (("default", DEFAULT_PROFILE), ("kernel", KERNEL_PROFILE)):
+        a, out[name]["attention"] = attention(prof)
+        print(f"\nfused causal attention alone ({name} profile): measured vs predicted")
+        print(a[["gpu_id", "batch", "heads", "seq", "head_dim", "fwd_bwd_tflops", "fwd_err", "fwd_bwd_err"]]
+              .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(json.dumps(out, indent=1))
     (RESULTS / "compare_layer.json").write_text(json.dumps(out, indent=2))
 
