@@ -27,6 +27,13 @@ from cosearch.scenario import ClusterSpec, hardware_values  # noqa: E402
 RESULTS = HERE.parent / "results" / "gpu"
 
 
+def measured(kind: str) -> pd.DataFrame:
+    """The H100 and H200 measurements ``<kind>_<gpu>.csv`` that exist, with the catalog id in ``gpu_id``."""
+    parts = [pd.read_csv(RESULTS / f"{kind}_{tag}.csv").assign(gpu_id=gid)
+             for tag, gid in (("h100", "h100-sxm"), ("h200", "h200")) if (RESULTS / f"{kind}_{tag}.csv").exists()]
+    return pd.concat(parts, ignore_index=True)
+
+
 def rates(p: Profile, gpu_id: str):
     """The model's bf16 kernel rates on ``gpu_id`` with the fused (cuDNN) attention kernel (evaluate's own chain)."""
     cols = hardware_values(ClusterSpec(gpu=gpu_id, gpus=1), "bf16")
@@ -50,12 +57,7 @@ def layer_times(r: pd.Series, p: Profile, gpu_id: str = "h100-sxm") -> tuple[flo
 def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
     """Fused causal attention alone: the model's forward and forward+backward times against the measured ones,
     and the measured forward+backward rate by sequence length (FLOPs counted as the model counts them)."""
-    parts = []
-    for tag, gid in (("h100", "h100-sxm"), ("h200", "h200")):
-        path = RESULTS / f"attention_{tag}.csv"
-        if path.exists():
-            parts.append(pd.read_csv(path).assign(gpu_id=gid))
-    d = pd.concat(parts, ignore_index=True)
+    d = measured("attention")
     pred_f = []
     for _, r in d.iterrows():
         width = kern.attention_head_width_factor(float(r.head_dim), float(r.head_dim))
@@ -72,12 +74,7 @@ def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
 
 
 def main() -> None:
-    parts = []
-    for tag, gid in (("h100", "h100-sxm"), ("h200", "h200")):
-        path = RESULTS / f"layer_{tag}.csv"
-        if path.exists():
-            parts.append(pd.read_csv(path).assign(gpu_id=gid))
-    d = pd.concat(parts, ignore_index=True)
+    d = measured("layer")
     out = {}
     for name, prof in (("default", DEFAULT_PROFILE), ("kernel", KERNEL_PROFILE)):
         pred = np.array([layer_times(r, prof, r.gpu_id) for _, r in d.iterrows()])
