@@ -11,6 +11,7 @@ from rich.table import Table
 from ._console import console
 from ..estimate import estimate
 from ..frameworks.planin import add_arguments as add_plan_in_arguments, scenario_from_args
+from ..model.moe import expert_tp
 from ..model.profile import Profile
 
 
@@ -91,7 +92,7 @@ def plan_text(r: dict, pl: dict) -> str:
     return (f"tp={pl['tp']} pp={pp} dp={r['dp']} cp={pl['cp']} mb={pl['microbatch']} v={pl['interleave']} "
             f"recompute={pl['recompute']} sp={pl['sequence_parallel']} zero={pl['zero']}"
             + (f" schedule={pl['schedule']}" if pl.get("schedule") else "")
-            + (f" ep={pl['ep']} etp={pl.get('etp') or pl['tp']} dispatcher={pl['moe_dispatcher']}"
+            + (f" ep={pl['ep']} etp={expert_tp(pl.get('etp'), pl['tp'])} dispatcher={pl['moe_dispatcher']}"
                + (" fp8-dispatch" if pl.get("moe_fp8_dispatch") else "")
                + (" grouped-gemm" if pl.get("moe_grouped_gemm") == "grouped" else "") if pl.get("ep", 1) > 1 else ""))
 
