@@ -270,9 +270,12 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     attn_b = kern.FLASH_BACKWARD_RELATIVE * attn_f
     norms = tok * kern.BYTES_16BIT * 10.0 * h / rep_div / hbm_Bps   # norms, residual adds (compute.py)
 
+    def fc2_f(width_loc):  # an MLP's down projection, forward: what a recompute stopped early skips
+        return kern.gemm_time_s(tok, h, width_loc, gemm_Fps, hbm_Bps, t0, in_B)
+
     def mlp_f(width, width_loc):  # a dense (gated) MLP split over tp (width_loc = width / tp), forward
         return ops.where(width > 0, kern.gemm_time_s(tok, width * g1 / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
-                         + kern.gemm_time_s(tok, h, width_loc, gemm_Fps, hbm_Bps, t0, in_B), 0.0)
+                         + fc2_f(width_loc), 0.0)
 
     def act_fn_s(n_tok, width):  # the activation function's HBM traffic (read 1-2 inputs, write 1)
         return n_tok * kern.BYTES_16BIT * g2 * width / hbm_Bps
@@ -313,7 +316,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # output by the router's probabilities and saves it, so its expert GEMMs rerun
     early = c["recompute_early_stop"]
     if any_dense and ops.any(early > 0):
-        den_f_r = den_f - early * ops.where(fd > 0, kern.gemm_time_s(tok, h, fd_loc, gemm_Fps, hbm_Bps, t0, in_B), 0.0)
+        den_f_r = den_f - early * ops.where(fd > 0, fc2_f(fd_loc), 0.0)
     else:
         den_f_r = den_f
     den_r = ops.where(rc_full, den_f_r, ops.where(rc_sel, act_d, 0.0))
