@@ -11,7 +11,8 @@ from . import _ops as ops
 BYTES_16BIT = 2.0
 #: Fused attention's backward over its forward: five matmuls instead of two, the scores recomputed (Dao 2023).
 #: Measured on one H100 (experiments/results/gpu/moe_attention_h100.csv) the backward takes 2.7-3.7x the
-#: forward (median 3.2): it runs slower per FLOP, which the fitted attention rate absorbs.
+#: forward (median 3.2): it runs slower per FLOP. The rate is not fitted; forward + backward the model is
+#: within -26..+19 % of cuDNN at 2k-32k tokens (experiments/gpu/compare_layer.py), the forward alone further off.
 FLASH_BACKWARD_RELATIVE = 2.5
 #: Peak 16-bit matmul FLOPs per exponential the special-function unit computes on H100 SXM: 989 TFLOP/s
 #: against 3.9 T exponentials/s (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. 3.1).

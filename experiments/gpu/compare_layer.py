@@ -58,12 +58,10 @@ def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
     """Fused causal attention alone: the model's forward and forward+backward times against the measured ones,
     and the measured forward+backward rate by sequence length (FLOPs counted as the model counts them)."""
     d = measured("attention")
-    pred_f = []
-    for _, r in d.iterrows():
-        width = kern.attention_head_width_factor(float(r.head_dim), float(r.head_dim))
-        pred_f.append(kern.flash_attention_time_s(r.batch, r.seq, r.seq, r.heads * r.head_dim,
-                                                  float(rates(p, r.gpu_id).attn_Fps) * width))
-    d["pred_fwd_s"] = pred_f
+    attn = {gid: float(rates(p, gid).attn_Fps) for gid in d.gpu_id.unique()}
+    width = np.array([kern.attention_head_width_factor(hd, hd) for hd in d.head_dim.astype(float)])
+    d["pred_fwd_s"] = kern.flash_attention_time_s(d.batch, d.seq, d.seq, d.heads * d.head_dim,
+                                                  d.gpu_id.map(attn) * width)
     d["pred_fwd_bwd_s"] = d.pred_fwd_s * (1.0 + kern.FLASH_BACKWARD_RELATIVE)
     d["fwd_err"] = d.pred_fwd_s / d.fwd_s - 1.0
     d["fwd_bwd_err"] = d.pred_fwd_bwd_s / d.fwd_bwd_s - 1.0
