@@ -82,15 +82,31 @@ def stack_plan_facts(sharding: str, framework: str, zero: int) -> dict[str, Any]
     return facts
 
 
+#: NeMo Framework containers (YY.MM, inclusive) whose launcher switched Transformer Engine's cuDNN attention
+#: off, so TE ran the flash-attn package (FlashAttention-2) on Hopper although TE >= 1.2 prefers cuDNN on sm90
+#: (TransformerEngine PR #497). NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/config.yaml @01d0773
+#: pins ``nvcr.io/nvidia/nemo:24.03.01.framework`` with ``NVTE_FUSED_ATTN: 0  # Disable cudnn FA until we've
+#: tested it more`` (its 23.11 version @9f94615 does not set it); launcher PRs #384 "(1) Enable cuDNN FA"
+#: (opened 2024-07-15, approved 2024-08-06) and #422 "enable fused attention" (approved 2024-08-29) turned it
+#: back on, so the 24.05 and 24.07 containers (TE 1.6 / 1.8, NeMo's software component table) fall inside
+#: too: that end is inferred from the PR dates, not from a config pinned to those containers.
+NEMO_LAUNCHER_FA2_RELEASES = ((24, 3), (24, 7))
+
+
 def attention_kernel(framework: str, legacy: bool) -> str:
     """``training.attention`` of a row's stack: unfused for the pre-2022 Megatron-LM runs (``legacy``), the 2023
     Triton kernel where the framework names Triton (llm-foundry), FlashAttention-2's rate ("flash2") for PyTorch
     FlexAttention (a Triton template: "90 % of FlashAttention2's performance in the forward pass and 85 % in the
-    backward", PyTorch blog "FlexAttention", 2024-08-07), else the GPU's own fused kernel."""
+    backward", PyTorch blog "FlexAttention", 2024-08-07) and for NeMo containers run with cuDNN attention
+    switched off (:data:`NEMO_LAUNCHER_FA2_RELEASES`), else the GPU's own fused kernel."""
     f = framework.lower()
     if legacy:
         return "standard"
     if "flexattention" in f or "flex attention" in f:
+        return "flash2"
+    release = container_release(f)
+    first, last = NEMO_LAUNCHER_FA2_RELEASES
+    if "nemo" in f and release is not None and first <= release <= last:
         return "flash2"
     return "triton" if "triton" in f else "flash"
 
@@ -196,11 +212,19 @@ def causal_flops_count(convention: Any, source: Any, framework: Any) -> bool:
     return bool(years) and max(years) >= 2025 and ("megatron" in fw or megatron_core_stack(fw) or "maxtext" in fw)
 
 
+def container_release(framework: Any) -> tuple[int, int] | None:
+    """(YY, MM) of the NVIDIA container release a ``framework`` cell names (``NeMo 25.09``, ``PyTorch 24.07``,
+    ``NeMo 24.03.01``), or None; a ``24.x`` cell gives month 0 (the year only)."""
+    m = re.search(r"(?:nemo|pytorch|container)\D{0,3}([1-3]\d)\.(0[1-9]|1[0-2]|x)", str(framework).lower())
+    if m is None:
+        return None
+    return int(m.group(1)), 0 if m.group(2) == "x" else int(m.group(2))
+
+
 def container_year(framework: Any) -> int | None:
-    """The year of a NVIDIA container release a ``framework`` cell names (``NeMo 25.09``, ``PyTorch 24.07``:
-    YY.MM), or None."""
-    m = re.search(r"(?:nemo|pytorch|container)\D{0,3}([1-3]\d)\.(0[1-9]|1[0-2]|[x])", str(framework).lower())
-    return 2000 + int(m.group(1)) if m else None
+    """The year of a NVIDIA container release a ``framework`` cell names (``NeMo 25.09``: 2025), or None."""
+    release = container_release(framework)
+    return None if release is None else 2000 + release[0]
 
 
 #: Catalog ids by the text a ``gpu_type`` cell uses, most specific first ("gb200" before "b200", "h100

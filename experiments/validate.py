@@ -58,8 +58,9 @@ REASONS = {
                     "third of the FLOPs; the model's 8-GPU no-recompute rows are +2..+4 % here and -7..-10 % on H100"),
     187: "Nemotron-340B, recompute not stated: the model needs full recompute to fit, the recipe ran something cheaper "
          "(probably selective with fp8 weights not cached)",
-    188: "Llama 3 8B (NeMo 24.07), recompute not stated: the model picks none; the run is 14 % slower than the same plan "
-         "in the v25.02 recipes (row 90-94), a software-version difference",
+    188: "Llama 3 8B (NeMo 24.07), recompute not stated: the model picks none; the run is 15 % slower than the same plan "
+         "in the v25.02 recipes (rows 90-94). Part of it is the launcher of that era running FlashAttention-2 "
+         "(_cells.NEMO_LAUNCHER_FA2_RELEASES: -16 % -> -9 %); the rest is a software-version difference",
     185: "Nemotron-8B fp8, 256k vocabulary on TP 2: logits and cross-entropy dominate more than the model charges",
     178: "GPT-3 5B fp8 at seq 2048: small GEMMs and per-kernel fp8 cast/amax overheads are under-charged",
     179: "GPT-3 20B fp8 at seq 2048: as row 178",
@@ -170,11 +171,10 @@ HELD_OUT_REASONS = {
     **dict.fromkeys((414, 417, 422, 425), "Llama 3 8B on one B200/GB200 node: predicted 10-12 % fast (the GB300 "
                     "row of the same recipe is -1 %)"),
     403: "405B on GB300, TP 4 x PP 8: +23 %; the TP 2 x CP 2 rows of the same tables are +5 and +13 %",
-    **dict.fromkeys(range(440, 449), "NeMo 24.03 long sequences: the error grows with attention's share (-10 % at 4k, "
-                    "-34 % at 1M; CP 1 rows too, so not the ring's traffic); priced at FlashAttention-2's rate "
-                    "(training.attention flash2) the rows are -4..-10 %, flat; but TE prefers cuDNN attention on Hopper since "
-                    "v1.2 (its release notes; NeMo PR #9188), so the attention ran at about FA2's rate for a reason "
-                    "not found; not adopted"),
+    **dict.fromkeys(range(440, 449), "NeMo 24.03.01 long sequences, priced at FlashAttention-2's rate: NVIDIA's NeMo "
+                    "Framework Launcher for that container sets NVTE_FUSED_ATTN=0 (cuDNN attention off until launcher "
+                    "PRs #384/#422, Aug 2024), so TE ran flash-attn (_cells.NEMO_LAUNCHER_FA2_RELEASES). -4..-11 %, flat "
+                    "from 4k to 1M tokens; at the GPU's cuDNN rate they were -10 % at 4k growing to -34 % at 1M"),
 }
 
 

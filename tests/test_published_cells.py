@@ -6,8 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cosearch._cells import (attention_kernel, gpu_id, hybrid_shard_group, legacy_megatron, megatron_core_stack,
-                             optimizer_states, precision_of, source_year, zero_stage)
+from cosearch._cells import (attention_kernel, container_release, container_year, gpu_id, hybrid_shard_group,
+                             legacy_megatron, megatron_core_stack, optimizer_states, precision_of, source_year,
+                             zero_stage)
 from cosearch.validation import MODERN_PATH, _architecture, build_candidates, row_scenarios, validation_table
 
 
@@ -115,6 +116,19 @@ def test_optimizer_states_and_attention_kernels_of_a_stack():
     assert attention_kernel("Composer/llm-foundry (PyTorch FSDP, Triton/Flash attention, ALiBi)", False) == "triton"
     assert attention_kernel("Megatron-LM", True) == "standard"
     assert attention_kernel("Megatron-Core + TE", False) == "flash"
+
+
+def test_nemo_containers_whose_launcher_turned_cudnn_attention_off_run_flashattention2():
+    # NeMo-Framework-Launcher pinned nemo:24.03.01 with NVTE_FUSED_ATTN=0 until PRs #384/#422 (Aug 2024)
+    assert container_release("NeMo 24.03.01 (Megatron-Core, Transformer Engine)") == (24, 3)
+    assert container_release("NeMo 24.x (Megatron-Core, TE)") == (24, 0)
+    assert container_release("Megatron-Core + TE") is None
+    assert container_year("Megatron-Bridge / Megatron-Core (NeMo 26.02)") == 2026
+    for framework in ("NeMo 24.03.01 (Megatron-Core, Transformer Engine)", "NeMo 24.05", "NeMo 24.07 (Megatron-Core)"):
+        assert attention_kernel(framework, False) == "flash2", framework
+    for framework in ("NeMo 23.11", "NeMo 24.09 (Megatron-Core)", "NeMo 24.x (Megatron-Core, TE)",
+                      "Megatron-Bridge / Megatron-Core (NeMo 26.02)", "PyTorch 24.05 (torchtitan)"):
+        assert attention_kernel(framework, False) == "flash", framework
 
 
 def test_one_odd_row_is_left_out_with_its_reason():
