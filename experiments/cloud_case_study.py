@@ -18,7 +18,6 @@ cloud_case_study_{crossover,pareto}.png.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -30,13 +29,13 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from cosearch.cloud import evaluate_cloud, instance_codes, load_catalog, transient_metrics  # noqa: E402
+from cosearch.cloud import INSTANCE_COLUMNS, evaluate_cloud, instance_codes, load_catalog, transient_metrics  # noqa: E402
 from cosearch.model.columns import RECOMPUTE_CODES  # noqa: E402
 from cosearch.scenario import load_scenario, scenario_columns  # noqa: E402
 
 OUT = HERE / "results"
-HW = ("gpus", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour", "peak_tflops",
-      "matmul_efficiency", "hbm_gib", "hbm_tbps", "nvlink_gbps", "power_w", "dp")
+#: Columns the instance type decides (evaluate_cloud refuses them from the caller), and the derived dp.
+HW = (*INSTANCE_COLUMNS, "dp")
 COUNTS = (4, 8, 12, 16, 18, 24, 32, 36, 48, 64, 72, 96, 128, 144, 192, 256, 288, 384, 512)
 PLANS = dict(tp=(1, 2, 4, 8), pp=(1, 2, 4, 8, 16), microbatch=(1, 2, 4), recompute=(0, 1, 2), zero=(1, 3), interleave=(1, 2))
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import yaml
 
-from cosearch import CosearchError, estimate, hardware, load_scenario
-from cosearch.cloud import (CLOUD_COLUMNS, evaluate_cloud, expected_wall_time, instance_codes, load_catalog,
-                            optimal_interval, transient_metrics, wall_time_moments, wall_time_quantiles)
+from cosearch import CosearchError, estimate, load_scenario
+from cosearch.cloud import (CLOUD_COLUMNS, INSTANCE_COLUMNS, evaluate_cloud, expected_wall_time, instance_codes,
+                            load_catalog, optimal_interval, transient_metrics, wall_time_moments, wall_time_quantiles)
 from cosearch.cloud.transient import CHECKPOINT_BYTES_PER_PARAM, checkpoint_write_s
 from cosearch.hardware import catalog as gpu_catalog
 
@@ -212,8 +212,7 @@ def _columns(n=1):
     from cosearch.scenario import scenario_columns
 
     c = scenario_columns(load_scenario(_scenario()))
-    for k in ("gpus", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour", "peak_tflops",
-              *hardware.EFFICIENCY_COLUMNS, "hbm_gib", "hbm_tbps", "nvlink_gbps", "power_w", "dp"):
+    for k in (*INSTANCE_COLUMNS, "dp"):
         c.pop(k)
     return {k: np.full(n, v) for k, v in c.items()}
 

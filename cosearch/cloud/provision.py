@@ -37,6 +37,10 @@ from .transient import QUANTILES, transient_metrics
 PRICING = ("on_demand", "spot")
 #: Cluster fields the instance type decides (a scenario may repeat them only with the same value).
 DERIVED_CLUSTER_FIELDS = ("gpu", "gpus", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour")
+#: Model input columns the instance type decides (:func:`instance_columns`; :func:`evaluate_cloud` refuses
+#: them from the caller, whose columns also drop the derived ``dp``).
+INSTANCE_COLUMNS = ("gpus", "gpus_per_node", "nvlink_domain", "network_gbps", "price_usd_per_gpu_hour", "peak_tflops",
+                    *hardware.EFFICIENCY_COLUMNS, "hbm_gib", "hbm_tbps", "nvlink_gbps", "power_w")
 
 
 class CloudSpec(BaseModel):
@@ -180,13 +184,9 @@ def instance_columns(instance, instances, spot=0.0, precision="bf16", catalog: C
         raise ValueError(f"instance codes must lie in 0..{len(a['gpus_per_instance']) - 1}")
     g = a["gpus_per_instance"][idx]
     price_inst = np.where(sp > 0, a["spot_usd_per_hour"][idx], a["on_demand_usd_per_hour"][idx])
-    return {
-        "gpus": n * g, "gpus_per_node": g, "nvlink_domain": a["nvlink_domain"][idx],
-        "network_gbps": a["network_gbps_per_gpu"][idx], "price_usd_per_gpu_hour": price_inst / g,
-        "peak_tflops": peak_of(idx), **{key: a[key][idx] for key in hardware.EFFICIENCY_COLUMNS},
-        "hbm_gib": a["hbm_gib"][idx], "hbm_tbps": a["hbm_tbps"][idx], "nvlink_gbps": a["nvlink_gbps"][idx],
-        "power_w": a["power_w"][idx],
-    }
+    per_gpu = {"gpus": n * g, "gpus_per_node": g, "network_gbps": a["network_gbps_per_gpu"][idx],
+               "price_usd_per_gpu_hour": price_inst / g, "peak_tflops": peak_of(idx)}
+    return {key: per_gpu[key] if key in per_gpu else a[key][idx] for key in INSTANCE_COLUMNS}
 
 
 def band_of_expected(out: Mapping[str, np.ndarray], res: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
