@@ -184,9 +184,9 @@ def instance_columns(instance, instances, spot=0.0, precision="bf16", catalog: C
         raise ValueError(f"instance codes must lie in 0..{len(a['gpus_per_instance']) - 1}")
     g = a["gpus_per_instance"][idx]
     price_inst = np.where(sp > 0, a["spot_usd_per_hour"][idx], a["on_demand_usd_per_hour"][idx])
-    per_gpu = {"gpus": n * g, "gpus_per_node": g, "network_gbps": a["network_gbps_per_gpu"][idx],
+    derived = {"gpus": n * g, "gpus_per_node": g, "network_gbps": a["network_gbps_per_gpu"][idx],
                "price_usd_per_gpu_hour": price_inst / g, "peak_tflops": peak_of(idx)}
-    return {key: per_gpu[key] if key in per_gpu else a[key][idx] for key in INSTANCE_COLUMNS}
+    return {key: derived[key] if key in derived else a[key][idx] for key in INSTANCE_COLUMNS}
 
 
 def band_of_expected(out: Mapping[str, np.ndarray], res: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
