@@ -53,13 +53,13 @@ def test_optimizer_state_precisions_by_hand():
     # 1e9 parameters, no sharding: 16-bit weights and gradients (2 + 2 B) plus the optimizer states:
     # fp32 master + m + v 12 B; fp32 master + bf16 m, v 8 B (DeepSeek-V3 sec. 3.3.3); bf16 m, v only 4 B.
     for code, total in ((0, 16e9), (1, 12e9), (2, 8e9)):
-        opt = mem.optimizer_state_bytes(np.float64(code))
+        opt = mem.optimizer_bytes(np.float64(code))[0]
         assert sum(mem.model_state_bytes(1e9, 0, 1, 0, optimizer_bytes=opt)) == total
     # ZeRO-1 over 8 divides only the optimizer share: 4 + 8/8 = 5 B per parameter with bf16 moments
-    opt = mem.optimizer_state_bytes(np.array([1.0]))
+    opt = mem.optimizer_bytes(np.array([1.0]))[0]
     assert sum(mem.model_state_bytes(1e9, 1, 8, 0, optimizer_bytes=opt))[0] == pytest.approx(5e9)
     # Adam's traffic per owned parameter: 2(2+4+4+4), 2(2+4+2+2), read 4 x 2 B + write 3 x 2 B
-    assert [mem.optimizer_traffic_bytes(np.float64(c)) for c in (0, 1, 2)] == [28.0, 20.0, 14.0]
+    assert [mem.optimizer_bytes(np.float64(c))[1] for c in (0, 1, 2)] == [28.0, 20.0, 14.0]
 
 
 def test_optimizer_states_change_memory_and_update_time_only():

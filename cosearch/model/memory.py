@@ -47,27 +47,17 @@ OPTIMIZER_TRAFFIC_BYTES = (28.0, 20.0, 14.0)
 
 
 def _by_state(code, table):
-    """``table``'s entry for each ``optimizer_states`` code; the fp32 constant where every row is fp32 (the
-    common case costs nothing)."""
-    if not ops.any(code > 0):
-        return table[0]
+    """``table``'s entry for each ``optimizer_states`` code (some code > 0)."""
     return ops.where(code >= 2, table[2], ops.where(code >= 1, table[1], table[0]))
-
-
-def optimizer_state_bytes(code):
-    """Optimizer-state bytes per parameter of the ``optimizer_states`` code(s) (:data:`OPTIMIZER_STATE_BYTES`)."""
-    return _by_state(code, OPTIMIZER_STATE_BYTES)
-
-
-def optimizer_traffic_bytes(code):
-    """HBM bytes of one Adam update per owned parameter (:data:`OPTIMIZER_TRAFFIC_BYTES`)."""
-    return _by_state(code, OPTIMIZER_TRAFFIC_BYTES)
 
 
 def optimizer_bytes(code):
     """(state bytes held, HBM bytes one Adam update moves) per owned parameter of the ``optimizer_states``
-    code(s): what the memory model and the optimizer-step time each need."""
-    return optimizer_state_bytes(code), optimizer_traffic_bytes(code)
+    code(s) (:data:`OPTIMIZER_STATE_BYTES`, :data:`OPTIMIZER_TRAFFIC_BYTES`): what the memory model and the
+    optimizer-step time each need. The fp32 constants where every row is fp32 (the common case costs nothing)."""
+    if not ops.any(code > 0):
+        return OPTIMIZER_STATE_BYTES[0], OPTIMIZER_TRAFFIC_BYTES[0]
+    return _by_state(code, OPTIMIZER_STATE_BYTES), _by_state(code, OPTIMIZER_TRAFFIC_BYTES)
 
 
 def state_divisors(zero, shard_group):
@@ -80,7 +70,7 @@ def state_divisors(zero, shard_group):
 def model_state_bytes(params_local, zero, shard_group, fp8, divisors=None, optimizer_bytes=OPTIMIZER_BYTES):
     """(weights, gradients, optimizer) bytes of ``params_local`` parameters under ZeRO stage ``zero``;
     ``divisors``: :func:`state_divisors` of (``zero``, ``shard_group``) where already known;
-    ``optimizer_bytes``: optimizer states per parameter (:func:`optimizer_state_bytes`).
+    ``optimizer_bytes``: optimizer states per parameter (the first of :func:`optimizer_bytes`).
 
     FP8 training (Transformer Engine) keeps an extra 1-byte copy of the weights.
     """
