@@ -1,6 +1,7 @@
 """Checks and numbers every framework mapping shares."""
 from __future__ import annotations
 
+from .._cells import recompute_stops_early
 from ..errors import CosearchError
 from ..scenario import Scenario, scenario_columns
 
@@ -34,7 +35,7 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
             if on:
                 raise refuse(f"model.{key}", f"mixture-of-experts / MLA / head_dim / MTP / sliding-window export is "
                              f"mapped for megatron only, not {framework}; use --format megatron")
-    stops_early = framework == "torchtitan"  # the one exported stack whose full recompute stops early
+    stops_early = recompute_stops_early(framework)  # of the exported stacks, torchtitan
     if pl.recompute == "full" and pl.recompute_early_stop != stops_early:
         raise refuse("plan.recompute_early_stop", (
             "torchtitan's full activation checkpointing stops the recompute early (PyTorch's non-reentrant "
