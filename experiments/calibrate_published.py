@@ -21,6 +21,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.calibration import calibrate, calibrated_range, cross_validate, error_stats, log_errors  # noqa: E402
 from cosearch.measured import load_measured  # noqa: E402
 from cosearch.model.profile import KERNEL_PROFILE  # noqa: E402
@@ -59,7 +60,8 @@ def main() -> int:
         results.append({"name": name, **rep, "per_source": per_source})
         print(f"{name}: fitted {rep['fitted']}")
     report = {"csv": str(args.csv), "format": fmt, "rows": int(len(c.rows)), "base": "kernel (KERNEL_PROFILE)",
-              "folds": args.folds, "calibrated_range": rng.model_dump(mode="json"), "results": results}
+              "folds": args.folds, "calibrated_range": rng.model_dump(mode="json"), "results": results,
+              "model_fingerprint": model_fingerprint()}
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "calibrate_published.json").write_text(json.dumps(report, indent=2))

@@ -29,6 +29,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.cloud import INSTANCE_COLUMNS, evaluate_cloud, instance_codes, load_catalog, transient_metrics  # noqa: E402
 from cosearch.model.columns import RECOMPUTE_CODES  # noqa: E402
 from cosearch.scenario import load_scenario, scenario_columns  # noqa: E402
@@ -173,6 +174,7 @@ def main() -> int:
         "crossover_rule": "lowest swept rate at which the cheapest spot plan meeting the deadline costs more than the cheapest on-demand plan, or no spot plan meets the deadline",
         "catalog_default_revocation_per_instance_hour": {k: it.revocation_per_hour for k, it in cat.instances.items() if it.has_spot},
         "pareto_points": int(len(front)),
+        "model_fingerprint": model_fingerprint(),
     }
     (OUT / "cloud_case_study.json").write_text(json.dumps(summary, indent=2))
     plots(cross, front, allf, cheapest, args, cat)

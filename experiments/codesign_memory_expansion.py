@@ -20,6 +20,7 @@ import pandas as pd
 
 from codesign_common import RESULTS, best_plans, grid, gpu_columns, model_columns, plan_label
 
+from cosearch.fingerprint import model_fingerprint
 from cosearch.model.expansion import OFFLOAD_CODES
 
 GPUS = 1024
@@ -112,6 +113,7 @@ def main() -> None:
     }
     summary["offload_in_best_plan"] = cfg.loc[~no_x, "plan"].str.extract(r"offload=(\S+)")[0].value_counts().to_dict()
     summary["seconds"] = time.perf_counter() - t0
+    summary["model_fingerprint"] = model_fingerprint()
     print(json.dumps(summary, indent=1, default=float))
     (RESULTS / "codesign_memory_expansion.json").write_text(json.dumps(summary, indent=1, default=float))
     plot(cfg)

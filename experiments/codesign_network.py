@@ -25,6 +25,7 @@ import yaml
 
 from codesign_common import HERE, RESULTS, best_plans, grid, gpu_columns, model_columns, plan_label
 
+from cosearch.fingerprint import model_fingerprint
 from cosearch.model import collectives as coll
 from cosearch.model.profile import DEFAULT_PROFILE as P
 
@@ -236,6 +237,7 @@ def main() -> None:
         print(df[cols].round(3).to_string(index=False))
     summary["upgrades"] = df[cols].round(4).to_dict("records")
     summary["seconds"] = time.perf_counter() - t0
+    summary["model_fingerprint"] = model_fingerprint()
     print(json.dumps(summary["algorithms"], indent=1))
     (RESULTS / "codesign_network.json").write_text(json.dumps(summary, indent=1, default=float))
     print(f"{summary['seconds']:.1f} s")

@@ -25,6 +25,7 @@ import pandas as pd
 
 from codesign_common import RESULTS, best_plans, grid, gpu_columns, model_columns, plan_label
 
+from cosearch.fingerprint import model_fingerprint
 from cosearch.model.statistical import statistical_efficiency, steps_to_target
 
 MODEL, SEQ = "llama3-70b", 8192
@@ -126,6 +127,7 @@ def main() -> None:
         summary["sensitivity"][tg] = {"fastest": {"gpus": int(f["gpus"]), "batch": int(f["global_batch"]), "days": f[tt], "usd": f[cc]},
                                       "cheapest": {"gpus": int(ch["gpus"]), "batch": int(ch["global_batch"]), "days": ch[tt], "usd": ch[cc]}}
     summary["seconds"] = time.perf_counter() - t0
+    summary["model_fingerprint"] = model_fingerprint()
     print(json.dumps({k: v for k, v in summary.items() if k != "strong_scaling"}, indent=1, default=float))
     (RESULTS / "codesign_strong_scaling.json").write_text(json.dumps(summary, indent=1, default=float))
     plot(ss, tta, t, c)

@@ -35,6 +35,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.model.evaluate import evaluate  # noqa: E402
 from cosearch.scenario import load_scenario, scenario_columns  # noqa: E402
 
@@ -99,7 +100,8 @@ def main() -> None:
           f"{PUBLISHED['total_throughput_gain_mlsys22'][1]}x total cluster throughput (MLSys'22), "
           f"{PUBLISHED['total_throughput_gain_arxiv_v1'][0]}-{PUBLISHED['total_throughput_gain_arxiv_v1'][1]}x (arXiv v1)")
     RESULTS.mkdir(exist_ok=True)
-    payload = {"model": MODEL, "global_batch": BATCH, "seq_len": 2048, "gpu": GPU, "published": PUBLISHED, "rows": rows}
+    payload = {"model": MODEL, "global_batch": BATCH, "seq_len": 2048, "gpu": GPU, "published": PUBLISHED, "rows": rows,
+               "model_fingerprint": model_fingerprint()}
     (RESULTS / "deeppool_burst.json").write_text(json.dumps(payload, indent=1))
     plot(rows)
 

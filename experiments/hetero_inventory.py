@@ -26,6 +26,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.search.pareto import pareto_mask  # noqa: E402
 from cosearch.search.space import parse_space  # noqa: E402
 
@@ -218,7 +219,7 @@ def main() -> dict:
             for u in usage for c in u if c.endswith("only") or c == "mixed"]
     pd.DataFrame(rows).to_csv(RESULTS / "hetero_inventory.csv", index=False)
     result = {"usage": [{k: v for k, v in u.items() if k != "fronts"} for u in usage], "fronts": {u["case"]: u["fronts"] for u in usage},
-              "add_h100": added, "anchors": ANCHORS}
+              "add_h100": added, "anchors": ANCHORS, "model_fingerprint": model_fingerprint()}
     (RESULTS / "hetero_inventory.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     return result
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from cosearch.fingerprint import model_fingerprint
 from cosearch.notebook import sweep
 
 HERE = Path(__file__).resolve().parent
@@ -60,7 +61,7 @@ def main() -> None:
         desc = " ".join(f"{k}={pl[k]}" for k in SHOW if k in pl)
         print(f"{r['gpus']:>5} {r['gpu']:<6} {r['kernel']:<11} {r.get('days', float('nan')):6.1f}  {desc}")
     print(f"({rows[0]['plans']:,} plans per cluster and kernel, {time.perf_counter() - t0:.0f} s)")
-    OUT.write_text(json.dumps({"space": SPACE.name, "rows": rows}, indent=1, default=str) + "\n")
+    OUT.write_text(json.dumps({"space": SPACE.name, "rows": rows, "model_fingerprint": model_fingerprint()}, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

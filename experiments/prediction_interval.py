@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from calibrate_default import PARAMS, START  # noqa: E402
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.calibration import _subset, cross_validate  # noqa: E402
 from cosearch.validation import Candidates, build_candidates, load_published_runs  # noqa: E402
 
@@ -174,7 +175,7 @@ def main() -> None:
                         + yaml.safe_dump(doc, sort_keys=False))
     OUT_JSON.parent.mkdir(exist_ok=True)
     report = {**doc, "nested_bands": {k: [round(a, 6), round(b, 6)] for k, (a, b) in res["nested_bands"].items()},
-              "table": table.round(4).to_dict("records")}
+              "table": table.round(4).to_dict("records"), "model_fingerprint": model_fingerprint()}
     OUT_JSON.write_text(json.dumps(report, indent=2))
 
     print(f"{n} rows from {len(sources)} sources; {COVERAGE:.0%} band (conformal level {LEVEL:.0%}) of log(measured/predicted): "

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 import cosearch  # noqa: E402
 from cosearch.errors import CosearchError  # noqa: E402
 
@@ -64,7 +65,8 @@ def main() -> None:
                     "fastest_plan": scf["plan"], "fastest_memory_gib": rf["memory_gib"],
                     "usable_memory_gib": rf["usable_memory_gib"]})
     path = ROOT / "experiments" / "results" / "spot_check_llama3.json"
-    path.write_text(json.dumps({"source": "Dubey et al. 2024, arXiv 2407.21783, Table 4", "rows": out}, indent=2))
+    path.write_text(json.dumps({"source": "Dubey et al. 2024, arXiv 2407.21783, Table 4", "rows": out,
+                                "model_fingerprint": model_fingerprint()}, indent=2))
     print(f"wrote {path}")
 
 

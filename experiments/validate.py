@@ -29,6 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from calibrate_default import PARAMS, START  # noqa: E402
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.calibration import _subset, cross_validate, error_stats, fit_profile, log_errors  # noqa: E402
 from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.interval import interval_factors  # noqa: E402
@@ -153,6 +154,7 @@ def main() -> int:
                              "error_loso", "reason"]].to_dict(orient="records")
     print(worst[["row_id", "source_id", "model", "gpus", "measured_step_s", "predicted_step_s", "error", "reason"]]
           .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    report["model_fingerprint"] = model_fingerprint()
     (Path(args.out).parent / "validation.json").write_text(json.dumps(_json_safe(report), indent=2))
     print()
     print(json.dumps(report["overall"]))
@@ -206,6 +208,7 @@ def _held_out_set(profile, outdir: Path, name: str, path: Path, what: str) -> No
     for group, col in (("gpu", df["gpu"]), ("plan", np.where(df["zero"] >= 3, "FSDP", "3-D"))):
         report[group] = {str(k): stats_of(sub["error"]) for k, sub in df.groupby(col)}
     print(json.dumps(report))
+    report["model_fingerprint"] = model_fingerprint()
     (outdir / f"validation_{name}.json").write_text(json.dumps(_json_safe(report), indent=2))
 
 
@@ -285,6 +288,7 @@ def moe_report(dense: "object", profile, out_dir: Path) -> dict:
           .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     report["fits_in_memory"] = {"stated_plan_rows": int(len(df)), "predicted_to_fit": int(df["fits"].sum()),
                                 "not_fitting": df.loc[~df["fits"], "row_id"].astype(int).tolist()}
+    report["model_fingerprint"] = model_fingerprint()
     (out_dir / "validation_moe.json").write_text(json.dumps(_json_safe(report), indent=2))
     print(json.dumps(report["overall"]))
     return report
