@@ -32,18 +32,34 @@ def _stated(text: Any) -> bool | None:
     return None if v is None else bool(v)
 
 
+#: Words of a "selective (...)" cell for the modules ``plan.recompute: selective`` reruns: the activation
+#: function (Megatron-Core recompute_modules moe_act, mlp) and the attention core (core_attn)
+_SELECTIVE_MODULES = ("act", "mlp", "core_attn", "swiglu")
+
+
 def _recompute(text: Any, source: str) -> str:
     """A recompute cell as none | selective | full; unstated: full for the Megatron-LM 2019-2021 example
-    scripts (sources S4, S5), which checkpoint every layer, else none."""
+    scripts (sources S4, S5), which checkpoint every layer, else none. A selective cell that lists only
+    modules outside ``selective`` (norms, MLA up-projections: :func:`recomputes_mla_up_proj`) is none."""
     if isinstance(text, str):
         t = text.lower()
         if t.startswith("full"):
             return "full"
         if "selective" in t:
+            listed = t.partition("(")[2]
+            if listed and not any(m in listed for m in _SELECTIVE_MODULES):
+                return "none"
             return "selective"
         if t.startswith("none"):
             return "none"
     return "full" if source in {"S4", "S5"} else "none"
+
+
+def recomputes_mla_up_proj(text: Any) -> bool:
+    """Whether a recompute cell names MLA's up-projections (Megatron-Core ``mla_up_proj``; DeepSeek-V3's
+    report, sec. 3.2.3: "MLA up-projection"): ``plan.recompute_mla_up_proj``."""
+    t = str(text).lower() if isinstance(text, str) else ""
+    return "mla" in t and ("up_proj" in t or "up-proj" in t or "up proj" in t)
 
 
 def prefetching_fsdp(sharding: str, framework: str) -> bool:

@@ -147,6 +147,10 @@ class PlanSpec(_Strict):
                                        "checkpoint over native layers, torchtitan; JAX remat; not eager Transformer Engine "
                                        "modules, which save after their GEMM). false: the whole layer reruns "
                                        "(Megatron-Core, DeepSpeed)")
+    recompute_mla_up_proj: Bool = Field(False, description="model.attention mla only: free q, k and v after each "
+                                        "layer's forward and rebuild them from the kept latents before its attention "
+                                        "backward (Megatron-Core recompute_modules 'mla_up_proj'; with recompute none "
+                                        "or selective, moot under full). Costs the up-projection GEMMs once more")
     overlap_grad_reduce: Bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
     tp_comm_overlap: Bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
                                   "(Megatron-Core/NeMo --tp-comm-overlap, Transformer Engine userbuffers)")
@@ -290,6 +294,9 @@ def parse_scenario(data: Any) -> Scenario:
         raise CosearchError("plan.gpus_by_type", "needs cluster.inventory (GPUs of several types)")
     hardware.gpu(sc.cluster.gpu)  # unknown id -> error naming cluster.gpu
     _check_moe(sc.model)
+    if sc.plan.recompute_mla_up_proj and sc.model.attention != "mla":
+        raise CosearchError("plan.recompute_mla_up_proj", "needs model.attention: mla (this model has no latent attention); "
+                            "allowed here: false")
     return sc
 
 

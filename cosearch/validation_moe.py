@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, attention_kernel, gpu_id, megatron_core_stack, optimizer_states,
+                     recomputes_mla_up_proj,
                      precision_of, stack_plan_facts, zero_stage)
 from .presets import preset
 
@@ -209,9 +210,15 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     recomputes = [_recompute(stated_rc, source)] if stated_rc else ["none", "selective", "full"]
     cluster = {"gpu": gpu, "gpus": _int(get("num_gpus")), **overrides}
     model = moe_model_fields(row)
+    # MLA's up-projections: rerun where the cell names them; tuned with the rest where recompute is unstated
+    mla_up = ([recomputes_mla_up_proj(stated_rc)] if stated_rc else [False, True]) if model.get("attention") == "mla" else [False]
     out = []
-    for mb, v, rc in itertools.product(mbs, vpps, recomputes):
+    for mb, v, rc, up in itertools.product(mbs, vpps, recomputes, mla_up):
+        if up and rc == "full":
+            continue  # moot: full recompute keeps only the layer inputs
         plan = dict(plan_fixed, microbatch=mb, interleave=v, recompute=rc)
+        if up:
+            plan["recompute_mla_up_proj"] = True
         if v > 1 and "schedule" not in plan:
             plan["schedule"] = "interleaved"
         if plan.get("schedule") == "interleaved" and v == 1:

@@ -398,3 +398,31 @@ def test_expert_tp_defaults_to_tp_on_every_input_kind():
     assert expert_tp(float("nan"), 8.0) == 8.0
     assert expert_tp(1.0, 8.0) == 1.0
     assert expert_tp(None, 2) == 2
+
+
+def test_mla_up_projection_recompute_frees_qkv_and_reruns_the_up_projections_by_hand():
+    """DeepSeek-V3 on one stage (pp 1, one micro-batch of 4,096 tokens, tp 1): 61 layers plus the MTP layer
+    each keep q and k (128 heads x 192) and v (128 x 128) in 16 bits, 2 * 4096 * 65,536 B = 0.5 GiB; with
+    plan.recompute_mla_up_proj they are freed (62 * 0.5 = 31 GiB less) and the backward reruns the q
+    (1,536 -> 24,576) and kv (512 -> 32,768) up-projections: 62 * 2 * 4096 * (1536*24576 + 512*32768) FLOPs,
+    which take at least their time at the H800's bf16 peak. Under full recompute the flag is moot."""
+    sc = {"model": "deepseek-v3", "training": {"global_batch": 64, "precision": "bf16"},
+          "cluster": {"gpu": "h800", "gpus": 64}, "plan": {"tp": 1, "pp": 1, "ep": 64, "zero": 1, "recompute": "none"}}
+    up_flops = 62 * 2 * 4096 * (1536 * 24576 + 512 * 32768)
+    for rc in ("none", "selective"):
+        base = run({**sc, "plan": {**sc["plan"], "recompute": rc}})
+        up = run({**sc, "plan": {**sc["plan"], "recompute": rc, "recompute_mla_up_proj": True}})
+        assert base["num_microbatches"] == 1
+        assert (base["mem_activations_gib"] - up["mem_activations_gib"]) * GIB == pytest.approx(62 * 2 * 4096 * 65536, rel=1e-12)
+        extra_s = up["time_recompute_s"] - base["time_recompute_s"]
+        assert up_flops / 989.4e12 < extra_s < up_flops / (0.3 * 989.4e12)
+        assert up["step_time_s"] - base["step_time_s"] == pytest.approx(extra_s, rel=1e-9)
+    full = run({**sc, "plan": {**sc["plan"], "recompute": "full"}})
+    full_up = run({**sc, "plan": {**sc["plan"], "recompute": "full", "recompute_mla_up_proj": True}})
+    assert full_up["memory_gib"] == full["memory_gib"] and full_up["step_time_s"] == full["step_time_s"]
+
+
+def test_mla_up_projection_recompute_needs_latent_attention():
+    with pytest.raises(CosearchError, match=r"^plan\.recompute_mla_up_proj: needs model\.attention: mla"):
+        estimate({"model": "mixtral-8x7b", "training": {"global_batch": 64}, "cluster": {"gpu": "h100-sxm", "gpus": 8},
+                  "plan": {"ep": 8, "recompute_mla_up_proj": True}})

@@ -25,7 +25,11 @@ def table() -> pd.DataFrame:
 def test_deepseek_v3_gb200_megatron_bridge_row_maps_every_stated_field(rows):
     # row 305: Megatron-Bridge 26.02, DGX-GB200, DeepSeek-V3 MXFP8, 256 GPUs, GBS 4096, MBS 1, TP1 PP4 VP4 EP64
     cands = row_scenarios(rows.loc[305])
-    assert len(cands) == 3  # recompute not stated: none / selective / full are tuned, nothing else
+    # recompute not stated: none / selective / full are tuned, none and selective with and without MLA's
+    # up-projections rerun (the recipe of this row, MXFP8 on GB200, sets recompute_modules ["mla_up_proj"])
+    assert len(cands) == 5
+    assert sorted((c["plan"]["recompute"], c["plan"].get("recompute_mla_up_proj", False)) for c in cands) == [
+        ("full", False), ("none", False), ("none", True), ("selective", False), ("selective", True)]
     sc = cands[0]
     m, t, c, p = sc["model"], sc["training"], sc["cluster"], sc["plan"]
     assert (m["layers"], m["hidden"], m["heads"], m["kv_heads"], m["vocab"], m["seq_len"]) == (61, 7168, 128, 128, 129280, 4096)

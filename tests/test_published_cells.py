@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cosearch._cells import (attention_kernel, container_release, container_year, gpu_id, hybrid_shard_group,
+from cosearch._cells import (_recompute, attention_kernel, container_release, container_year, gpu_id, hybrid_shard_group,
                              legacy_megatron, megatron_core_stack, optimizer_states, precision_of, source_year,
-                             zero_stage)
+                             recomputes_mla_up_proj, zero_stage)
 from cosearch.validation import MODERN_PATH, _architecture, build_candidates, row_scenarios, validation_table
 
 
@@ -234,3 +234,15 @@ def test_a_hardware_flop_rate_is_not_taken_for_model_flops():
 def test_full_recompute_stops_early_on_pytorch_native_and_jax_stacks(framework, early):
     plan = row_scenarios(_modern_row(framework=framework, recompute="full", dp_sharding="FSDP2"))[0]["plan"]
     assert plan["recompute"] == "full" and plan.get("recompute_early_stop", False) is early
+
+
+def test_selective_cells_name_their_modules():
+    # (cell, plan.recompute, plan.recompute_mla_up_proj): the activation function or attention core listed
+    # -> selective; only norms and MLA up-projections listed -> none, with the up-projections rerun
+    cases = [("selective (norm, act)", "selective", False), ("selective (core_attn)", "selective", False),
+             ("selective (mla_up_proj)", "none", True), ("selective (mlp, moe_act)", "selective", False),
+             ("selective (RMSNorm and MLA up-projections recomputed; Sec. 3.2.3)", "none", True),
+             ("selective (mlp of the dense layers, MLA up_proj)", "selective", True),
+             ("selective", "selective", False), ("full (activation_checkpointing: true in the recipe)", "full", False)]
+    for cell, mode, up in cases:
+        assert (_recompute(cell, "S22"), recomputes_mla_up_proj(cell)) == (mode, up), cell

@@ -67,6 +67,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "zero3_live_params": np.nan,  # DeepSpeed stage3_max_live_parameters; NaN: FSDP (two wrapped layers gathered)
     "fsdp_overlap": np.nan,      # share of compute that hides FSDP traffic; NaN: the profile's fsdp_overlap
     "recompute_early_stop": 0.0,  # 1: full recompute skips the dense MLP's last GEMM (PyTorch non-reentrant, JAX)
+    "recompute_mla_up_proj": 0.0,  # 1: MLA's q/k/v are rebuilt from the latents in the backward, not kept
     "overlap_grad_reduce": 1.0,  # 0: gradients reduced after the backward pass (Megatron-LM before 2022)
     "tp_comm_overlap": 0.0,      # 1: tensor-parallel collectives overlapped with GEMMs (TE userbuffers)
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations
