@@ -426,3 +426,22 @@ def test_mla_up_projection_recompute_needs_latent_attention():
     with pytest.raises(CosearchError, match=r"^plan\.recompute_mla_up_proj: needs model\.attention: mla"):
         estimate({"model": "mixtral-8x7b", "training": {"global_batch": 64}, "cluster": {"gpu": "h100-sxm", "gpus": 8},
                   "plan": {"ep": 8, "recompute_mla_up_proj": True}})
+
+
+def test_megatron_export_and_import_keep_the_mla_up_projection_recompute():
+    from cosearch.frameworks import megatron
+
+    base = {"model": "deepseek-v3", "training": {"global_batch": 1024, "precision": "bf16"},
+            "cluster": {"gpu": "h800", "gpus": 256}, "plan": {"tp": 1, "pp": 1, "ep": 32, "zero": 1}}  # pp 1: 61 layers
+    for rc, modules in (("none", ["mla_up_proj"]), ("selective", ["core_attn", "mla_up_proj"])):
+        sc = parse_scenario({**base, "plan": {**base["plan"], "recompute": rc, "recompute_mla_up_proj": True}})
+        f = [str(x) for x in megatron.flags(sc)]
+        i = f.index("--recompute-modules")
+        assert f[i - 1] == "selective" and f[i + 1:i + 1 + len(modules)] == modules
+        back = megatron.parse_args(f, {"gpu": "h800", "gpus": 256})
+        assert (back.plan.recompute, back.plan.recompute_mla_up_proj) == (rc, True)
+        assert estimate(back)["memory_gib"] == pytest.approx(estimate(sc)["memory_gib"], rel=1e-12)
+    # a module the model does not have is a one-line error naming the flag
+    f = [str(x) for x in megatron.flags(parse_scenario({**base, "plan": {**base["plan"], "recompute": "selective"}}))]
+    with pytest.raises(CosearchError, match=r"^--recompute-modules: layernorm is not modelled; allowed: core_attn"):
+        megatron.parse_args(f + ["--recompute-modules", "layernorm", "mla_up_proj"], {"gpu": "h800", "gpus": 256})

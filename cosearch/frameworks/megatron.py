@@ -26,6 +26,8 @@ plan.microbatch                ``--micro-batch-size``
 plan.sequence_parallel         ``--sequence-parallel``
 plan.recompute                 ``--recompute-granularity selective`` or ``full`` with
                                ``--recompute-method uniform --recompute-num-layers 1``
+plan.recompute_mla_up_proj     ``--recompute-granularity selective --recompute-modules [core_attn]
+                               mla_up_proj`` (core_attn with recompute selective)
 plan.zero 1                    ``--use-distributed-optimizer``
 plan.zero 2 / 3                ``--use-megatron-fsdp --data-parallel-sharding-strategy
                                optim_grads`` / ``optim_grads_params`` (no pipeline)
@@ -109,10 +111,12 @@ def flags(sc: Scenario) -> list[str]:
     out += ["--context-parallel-size", pl.cp]
     if pl.sequence_parallel:
         out += ["--sequence-parallel"]
-    if pl.recompute == "selective":
-        out += ["--recompute-granularity", "selective"]
-    elif pl.recompute == "full":
+    if pl.recompute == "full":
         out += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
+    elif pl.recompute == "selective" or pl.recompute_mla_up_proj:
+        out += ["--recompute-granularity", "selective"]
+        if pl.recompute_mla_up_proj:  # Megatron-Core's module list; selective alone is its default ["core_attn"]
+            out += ["--recompute-modules", *(["core_attn"] if pl.recompute == "selective" else []), "mla_up_proj"]
     if t.optimizer_states == "bf16_moments":  # Megatron-Core's precision-aware optimizer, fp32 main params
         out += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     if pl.zero == 1:
@@ -208,6 +212,11 @@ _VALUE = {
     "--normalization", "--position-embedding-type", "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout",
 }
+#: Flags taking one or more values (argparse nargs='+').
+_LISTS = {"--recompute-modules"}
+#: Megatron-Core recompute modules cosearch maps: core_attn (and the activation functions, moe_act and
+#: mlp, which plan.recompute selective also reruns) -> selective; mla_up_proj -> plan.recompute_mla_up_proj.
+_RECOMPUTE_MODULES = ("core_attn", "moe_act", "mlp", "mla_up_proj")
 #: Flags that change the model or plan in ways cosearch does not model -> refused.
 _UNSUPPORTED = {
     "--decoder-first-pipeline-num-layers": "uneven pipeline stages are not modelled",
@@ -229,7 +238,15 @@ def _tokens(args: str | list[str]) -> dict[str, Any]:
         if not tok.startswith("--"):
             continue  # launcher, script name, values of skipped flags
         name, eq, val = tok.partition("=")
-        if eq:
+        if name in _LISTS:  # nargs='+': every following word up to the next flag
+            words = [val] if eq else []
+            while i < len(toks) and not toks[i].startswith("-"):
+                words.append(toks[i])
+                i += 1
+            if not words:
+                raise CosearchError(name, "expects one or more values")
+            seen[name] = words
+        elif eq:
             seen[name] = val
         elif name in _VALUE or (i < len(toks) and not toks[i].startswith("-") and name not in _SWITCHES):
             if i >= len(toks):
@@ -335,6 +352,15 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
         gran = "selective"
     if gran not in (None, "selective", "full"):
         raise CosearchError("--recompute-granularity", f"expects selective or full (got {gran!r})")
+    modules = seen.get("--recompute-modules")
+    mla_up = False
+    if modules is not None and gran == "selective":
+        unknown = [x for x in modules if x not in _RECOMPUTE_MODULES]
+        if unknown:
+            raise CosearchError("--recompute-modules", f"{unknown[0]} is not modelled; allowed: {', '.join(_RECOMPUTE_MODULES)}")
+        mla_up = "mla_up_proj" in modules
+        if not set(modules) - {"mla_up_proj"}:
+            gran = None  # only the up-projections rerun: recompute none with plan.recompute_mla_up_proj
     if gran == "full":
         method, n = seen.get("--recompute-method"), _int(seen, "--recompute-num-layers", 1)
         if method not in ("uniform", None) or n != 1:
@@ -371,6 +397,8 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
         "recompute": gran or "none", "sequence_parallel": "--sequence-parallel" in seen, "zero": zero,
         "overlap_grad_reduce": "--overlap-grad-reduce" in seen, "tp_comm_overlap": "--tp-comm-overlap" in seen,
     }
+    if mla_up:
+        plan["recompute_mla_up_proj"] = True
     parse_moe(seen, model, plan, _int, _float)  # issue 15: MoE / MLA / head_dim flags (megatron_moe.py)
     instances = _int(seen, "--num-distributed-optimizer-instances", 1)
     if instances > 1:
