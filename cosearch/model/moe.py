@@ -256,7 +256,11 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     any_mla, all_mla = ops.any(mla), ops.all(mla)  # compute only the attention kinds present
     gqa_f = 0.0 if all_mla else (kern.gemm_time_s(tok, q_loc + 2.0 * kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
                                  + kern.gemm_time_s(tok, h, q_loc, gemm_Fps, hbm_Bps, t0, in_B))
-    up_proj_r = 0.0  # MLA's up-projections rerun in the backward (plan.recompute_mla_up_proj)
+    # plan.recompute_mla_up_proj on an MLA layer (moot under full recompute): q, k, v are not kept (activations
+    # below) and the up-projections rerun just before the attention backward, which needs them (Megatron-Core
+    # recompute_modules "mla_up_proj", MLASelfAttention recompute_up_proj)
+    up_rerun = ops.where(mla & ops.logical_not(rc_full), c["recompute_mla_up_proj"], 0.0)
+    up_proj_r = 0.0
     if any_mla:
         q_up_f = ops.where(ql > 0, kern.gemm_time_s(tok, qk_loc, ql, gemm_Fps, hbm_Bps, t0, in_B),
                            kern.gemm_time_s(tok, qk_loc, h, gemm_Fps, hbm_Bps, t0, in_B))  # no q latent: from h
@@ -265,10 +269,8 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
         mla_f = (q_f + kern.gemm_time_s(tok, kvl + rope, h, gemm_Fps, hbm_Bps, t0, in_B) + kv_up_f
                  + kern.gemm_time_s(tok, h, v_loc, gemm_Fps, hbm_Bps, t0, in_B))
         attn_gemm_f = mla_f if all_mla else ops.where(mla, mla_f, gqa_f)
-        if ops.any(c["recompute_mla_up_proj"] > 0):
-            # Megatron-Core recompute_modules "mla_up_proj": q and k/v are rebuilt from the kept latents (q from
-            # the kept norm output where it has no latent) just before the attention backward, which needs them
-            up_proj_r = ops.where(mla & (c["recompute_mla_up_proj"] > 0) & ops.logical_not(rc_full), q_up_f + kv_up_f, 0.0)
+        if ops.any(up_rerun > 0):  # q from the kept latent (from the kept norm output where q has none), k/v from theirs
+            up_proj_r = ops.where(up_rerun > 0, q_up_f + kv_up_f, 0.0)
     else:
         attn_gemm_f = gqa_f
     attn_f = kern.flash_attention_time_s(mb, s_loc, s, (a / tp) * 0.5 * (d_qk + d_v), attn_Fps)
@@ -372,9 +374,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     q_w, o_w = qk_loc, v_loc
     k_w, v_w = ops.where(mla, qk_loc, kv_loc), ops.where(mla, v_loc, kv_loc)
     latents = ops.where(mla, 2.0 * kern.BYTES_16BIT * tok * (ops.maximum(ql, 0.0) + kvl + rope), 0.0)
-    # q, k, v as the attention kernel reads them; with plan.recompute_mla_up_proj an MLA layer frees them after
-    # the forward and keeps only the latents (Megatron-Core MLASelfAttention, recompute_up_proj)
-    qkv_kept = ops.where(mla & ops.logical_not(rc_full), 1.0 - c["recompute_mla_up_proj"], 1.0)  # moot under full
+    qkv_kept = 1.0 - up_rerun  # q, k, v as the attention kernel reads them, unless rebuilt from the latents
     attn_act = ((4.0 + 2.0 * norm_out) * sbh / rep_div + kern.BYTES_16BIT * tok * (q_w + k_w + v_w) * qkv_kept
                 + (2.0 + fp8) * tok * o_w + latents)
 
