@@ -58,7 +58,7 @@ def _recompute(text: Any, source: str) -> str:
 def recomputes_mla_up_proj(text: Any) -> bool:
     """Whether a recompute cell names MLA's up-projections (Megatron-Core ``mla_up_proj``; DeepSeek-V3's
     report, sec. 3.2.3: "MLA up-projection"): ``plan.recompute_mla_up_proj``."""
-    t = str(text).lower() if isinstance(text, str) else ""
+    t = text.lower() if isinstance(text, str) else ""
     return "mla" in t and ("up_proj" in t or "up-proj" in t or "up proj" in t)
 
 

@@ -13,6 +13,7 @@ import hashlib
 from functools import lru_cache
 from typing import Any
 
+from .estimate import estimate
 from .presets import preset
 
 #: (name, scenario): shipped presets on catalog GPUs, plans chosen to reach different branches (not all fit)
@@ -59,8 +60,6 @@ KEYS = ("step_time_s", "memory_gib", "fits")
 
 def probe_values() -> list[tuple[str, dict[str, Any]]]:
     """(probe name, {output: value}) of each probe under the shipped profile."""
-    from .estimate import estimate
-
     found = []
     for name, sc in PROBES:
         out = estimate(sc)

@@ -24,8 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, attention_kernel, gpu_id, megatron_core_stack, optimizer_states,
-                     recomputes_mla_up_proj,
-                     precision_of, stack_plan_facts, zero_stage)
+                     precision_of, recomputes_mla_up_proj, stack_plan_facts, zero_stage)
 from .presets import preset
 
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
