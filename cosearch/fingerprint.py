@@ -46,7 +46,7 @@ PROBES: tuple[tuple[str, dict[str, Any]], ...] = (
         "model": "deepseek-v3", "training": {"global_batch": 8192, "precision": "fp8"},
         "cluster": {"gpu": "h800", "gpus": 2048},
         "plan": {"tp": 1, "pp": 16, "ep": 64, "recompute": "selective", "zero": 1, "schedule": "dualpipe",
-                 "recompute_mla_up_proj": True}}),
+                 "recompute_mla_up_proj": True, "moe_dispatcher": "deepep", "moe_a2a_overlap": 1.0}}),
     ("mixtral-8x7b gb200 moe", {
         "model": "mixtral-8x7b", "training": {"global_batch": 256, "precision": "bf16"},
         "cluster": {"gpu": "gb200", "gpus": 64},

@@ -181,8 +181,10 @@ class PlanSpec(_Strict):
     etp: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="expert tensor parallel size; default tp")
     capacity_factor: Optional[Float] = Field(None, gt=0, le=1e3, description="expert capacity over the mean load "
                                              "(tokens over it are dropped); default none = dropless")
-    moe_a2a_overlap: Float = Field(0.0, ge=0.0, le=1.0, description="fraction of a MoE layer's compute that hides its "
-                                   "all-to-all (0: none; 1: DeepEP / 1F1B A2A overlap as far as compute lasts)")
+    moe_a2a_overlap: Float = Field(0.0, ge=0.0, le=1.0, description="share of each compute phase that hides the all-to-all "
+                                   "paired with it (0: none; 1: DualPipe / Megatron's 1F1B A2A overlap: a forward chunk's "
+                                   "dispatch under another micro-batch's backward MLP, its combine under that backward attention, "
+                                   "and the reverse)")
     moe_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="alltoall: Megatron-Core's all-to-all (every token copy sent); deepep: one network "
         "send per destination node, NVLink forwarding there (DeepEP, DeepSeek-V3 sec. 3.2.2)")

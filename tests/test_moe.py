@@ -169,6 +169,31 @@ def test_megatron_core_dispatches_in_16_bits_under_fp8():
     assert run(on)["time_ep_comm_s"] < run(sc)["time_ep_comm_s"]
 
 
+def test_paired_overlap_hides_each_transfer_under_its_partner_phase_by_hand():
+    """DualPipe / Megatron 1F1B pairing (DeepSeek-V3 Fig. 4): forward dispatch 3 under backward MLP 1 leaves 2,
+    forward combine 2 under backward attention 2.5 leaves 0; backward combine 2 under forward attention 1 leaves 1,
+    backward dispatch 2 under forward MLP 4 leaves 0. The layer's 8.5 of compute exceeds its 9 of transfers only
+    once they may hide anywhere; paired, 3 stay exposed. Half the phases usable: 2.5 + 0.75 and 1.5 + 0."""
+    from cosearch.model.moe import paired_a2a_exposed_s
+
+    args = ((3.0, 2.0), (2.0, 2.0), (1.0, 4.0), (2.5, 1.0))
+    assert paired_a2a_exposed_s(*args, 1.0) == (2.0, 1.0)
+    assert paired_a2a_exposed_s(*args, 0.0) == (5.0, 4.0)
+    assert paired_a2a_exposed_s(*args, 0.5) == (3.25, 1.5)
+    arrays = paired_a2a_exposed_s(*(tuple(np.full(3, x) for x in pair) for pair in args), np.array([0.0, 0.5, 1.0]))
+    assert np.array_equal(arrays[0], [5.0, 3.25, 2.0]) and np.array_equal(arrays[1], [4.0, 1.5, 1.0])
+
+
+def test_more_overlap_never_exposes_more_all_to_all():
+    """Across expert-parallel widths (in the node and across it) and recompute modes, the exposed expert
+    communication never grows with plan.moe_a2a_overlap, and full overlap hides some of it."""
+    for ep in (4, 8, 16):
+        for rc in ("none", "selective", "full"):
+            times = [run(_tiny(ep, moe_a2a_overlap=ov, recompute=rc))["time_ep_comm_s"] for ov in (0.0, 0.25, 0.5, 1.0)]
+            assert all(a >= b for a, b in zip(times, times[1:])), (ep, rc, times)
+            assert times[0] > times[-1] >= 0.0
+
+
 def test_overlap_capacity_and_imbalance_move_the_right_way():
     base = run(_tiny(16))
     hidden = run(_tiny(16, moe_a2a_overlap=1.0))

@@ -28,6 +28,8 @@ dispatch now"; DeepEP and the all-to-all dispatcher get the bf16 hidden states);
 ``plan.moe_fp8_dispatch`` under fp8 the dispatch is sent in fp8 and the combine in bf16 (DeepSeek-V3's own
 stack, arXiv 2412.19437 sec. 3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
 imbalance (max / mean tokens per EP rank), capped by the capacity factor when tokens are dropped.
+All-to-all overlap (``plan.moe_a2a_overlap``) pairs a forward chunk with another micro-batch's backward chunk
+(:func:`paired_a2a_exposed_s`): each transfer hides under one compute phase of the partner, not the whole layer.
 
 Grouped GEMMs (``plan.moe_grouped_gemm``): ``grouped`` runs each GEMM of the local experts in one launch;
 ``per_expert`` (Megatron-Core with Transformer Engine) launches one GEMM per expert and pays
@@ -115,7 +117,7 @@ MOE_INPUT_COLUMNS: dict[str, float] = {
     "ep": 1.0,                  # expert parallel size
     "etp": np.nan,              # expert tensor parallel size; NaN = tp (Megatron-Core's default)
     "capacity_factor": np.nan,  # expert capacity / mean load; NaN = dropless
-    "moe_a2a_overlap": 0.0,     # fraction of a layer's compute that can hide its all-to-all (0..1)
+    "moe_a2a_overlap": 0.0,     # share of each paired compute phase that hides an all-to-all (0..1; paired_a2a_exposed_s)
     "moe_load_imbalance": DEFAULT_LOAD_IMBALANCE,
     "moe_grouped_gemm": 1.0,    # GROUPED_GEMM_CODES; 1 = per_expert (Megatron-Core + TE), as plan.moe_grouped_gemm
 }
@@ -228,6 +230,21 @@ class Terms(NamedTuple):
     mla_parts: tuple = None  # :func:`mla_params` of the rows
 
 
+def paired_a2a_exposed_s(a2a_f, a2a_b, compute_f, compute_b, overlap):
+    """(forward, backward) all-to-all seconds left exposed when a micro-batch's forward chunk runs beside another
+    micro-batch's backward chunk (DeepSeek-V3's overlap of a forward-backward chunk pair, arXiv 2412.19437 sec. 3.2.1
+    and Fig. 4; Megatron-Core's EP all-to-all overlap, ``moe_a2a_overlap``). ``a2a_f``/``a2a_b``: (dispatch,
+    combine) of each chunk; ``compute_f``/``compute_b``: (attention, MLP) of each chunk. Each transfer hides only
+    under the phase the schedule pairs it with: the forward dispatch under the backward MLP, the forward combine
+    under the backward attention, the backward combine under the forward attention, the backward dispatch under
+    the forward MLP. ``overlap``: the share of each phase that can hide communication (0: none)."""
+    (disp_f, comb_f), (disp_b, comb_b) = a2a_f, a2a_b
+    (attn_f, mlp_f), (attn_b, mlp_b) = compute_f, compute_b
+    exposed_f = ops.maximum(disp_f - overlap * mlp_b, 0.0) + ops.maximum(comb_f - overlap * attn_b, 0.0)
+    exposed_b = ops.maximum(comb_b - overlap * attn_f, 0.0) + ops.maximum(disp_b - overlap * mlp_f, 0.0)
+    return exposed_f, exposed_b
+
+
 def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric, stages, tp_ar_s,
           dense_layer_f, dense_layer_b, dense_layer_r, dense_attn_f, dense_attn_b, dense_kv_loc,
           dense_act, dense_act_none, dense_params_layer, emb_loc) -> Terms:
@@ -333,9 +350,6 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     dispatch = (k, c["moe_dispatcher"], c["routed_nodes_limit"])
     disp_B = kern.BYTES_16BIT - fp8 * c["moe_fp8_dispatch"]  # bytes per dispatched value (the combine stays 16-bit)
     t_disp, t_comb = a2a_times_s((copies * disp_B, copies * kern.BYTES_16BIT), ep, etp, fabric, *dispatch)
-    a2a_fwd = t_disp + t_comb
-    a2a_bwd = 2.0 * t_comb + ops.where(rc_full, a2a_fwd, 0.0)
-    ov = c["moe_a2a_overlap"]
     # expert tensor parallelism: the received token copies are all-gathered over the etp ranks before the
     # expert GEMMs and reduce-scattered after them (Megatron-Core MoEAlltoAllTokenDispatcher, ETP > 1); the
     # dense model already charges one all-gather/reduce-scatter pair of tok*h for the MLP, so only the
@@ -346,8 +360,14 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
         expert_pair = 2.0 * comm.all_gather_s(m_act * h * kern.BYTES_16BIT, etp, etp_bw, etp_lat)
         mlp_pair = tp_ar_s
         etp_pair = ops.where(moe & (etp > 1), ops.maximum(expert_pair - ops.where(tp > 1, mlp_pair, 0.0), 0.0), 0.0)
-    ep_f1 = a2a_fwd - ops.minimum(a2a_fwd, ov * moe_f) + etp_pair
-    ep_b1 = a2a_bwd - ops.minimum(a2a_bwd, ov * (moe_b + moe_r)) + etp_pair * (1.0 + rc_full)
+    # the backward chunk carries the recompute: its forward GEMMs and, under full recompute, its dispatch and combine
+    attn_F = attn_gemm_f + attn_f
+    attn_B = 2.0 * attn_gemm_f + attn_b + ops.where(rc_full, attn_F, 0.0) + up_proj_r
+    exposed_f, exposed_b = paired_a2a_exposed_s(
+        (t_disp, t_comb), (t_comb + ops.where(rc_full, t_disp, 0.0), t_comb + ops.where(rc_full, t_comb, 0.0)),
+        (attn_F, moe_f - attn_F), (attn_B, moe_b + moe_r - attn_B), c["moe_a2a_overlap"])
+    ep_f1 = exposed_f + etp_pair
+    ep_b1 = exposed_b + etp_pair * (1.0 + rc_full)
 
     # --- which layers the stages hold ------------------------------------------------------------
     n_stage, n_first, n_last = stages
