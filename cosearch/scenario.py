@@ -184,7 +184,7 @@ class PlanSpec(_Strict):
     moe_a2a_overlap: Float = Field(0.0, ge=0.0, le=1.0, description="share of each compute phase that hides the all-to-all "
                                    "paired with it (0: none; 1: DualPipe / Megatron's 1F1B A2A overlap: a forward chunk's "
                                    "dispatch under another micro-batch's backward MLP, its combine under that backward attention, "
-                                   "and the reverse)")
+                                   "and the reverse; a hidden transfer still holds 20 of 132 SMs)")
     moe_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="alltoall: Megatron-Core's all-to-all (every token copy sent); deepep: one network "
         "send per destination node, NVLink forwarding there (DeepEP, DeepSeek-V3 sec. 3.2.2)")

@@ -29,7 +29,8 @@ dispatch now"; DeepEP and the all-to-all dispatcher get the bf16 hidden states);
 stack, arXiv 2412.19437 sec. 3.3.2). The busiest EP rank sets the pace: its expert GEMMs and its all-to-all scale by the load
 imbalance (max / mean tokens per EP rank), capped by the capacity factor when tokens are dropped.
 All-to-all overlap (``plan.moe_a2a_overlap``) pairs a forward chunk with another micro-batch's backward chunk
-(:func:`paired_a2a_exposed_s`): each transfer hides under one compute phase of the partner, not the whole layer.
+(:func:`paired_a2a_exposed_s`): each transfer hides under one compute phase of the partner, not the whole layer,
+and while hidden its kernels hold :data:`A2A_SM_SHARE` of the SMs, slowing that compute.
 
 Grouped GEMMs (``plan.moe_grouped_gemm``): ``grouped`` runs each GEMM of the local experts in one launch;
 ``per_expert`` (Megatron-Core with Transformer Engine) launches one GEMM per expert and pays
@@ -91,6 +92,14 @@ GROUPED_GEMM_CODES = {"grouped": 0, "per_expert": 1}
 #: shapes): "1.4x speedup over vanilla bf16"; NeMo Automodel PR #3606 measured 1.07x end to end (HybridEP
 #: MXFP8 vs BF16). The model gives fp8 expert grouped GEMMs 1.4x the 16-bit rate instead of the 2x of the peaks.
 FP8_EXPERT_SPEEDUP = 1.4
+
+#: Share of the SMs an all-to-all's kernels hold while it runs beside compute (``moe_a2a_overlap``): DeepSeek-V3
+#: (arXiv 2412.19437 sec. 3.2.2) dedicates 20 of H800's 132 SMs to its dispatch and combine kernels, "sufficient to
+#: fully utilize the bandwidths of IB and NVLink"; DeepEP's ``Buffer.num_sms`` defaults to 20, Megatron-Core's
+#: ``moe_deepep_num_sms`` to 20 and ``moe_hybridep_num_sms`` to 24 (of 148 SMs on B200, the same share). The compute
+#: beside a hidden transfer runs on the other SMs, so it stretches by share / (1 - share) of the hidden time.
+#: Applied to every GPU and dispatcher (NCCL's all-to-all also runs on SMs); a stated assumption, not fitted.
+A2A_SM_SHARE = 20.0 / 132.0
 
 #: Input columns this module adds (name -> default; the defaults describe a dense model).
 MOE_MODEL_COLUMNS = (
@@ -363,11 +372,13 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # the backward chunk carries the recompute: its forward GEMMs and, under full recompute, its dispatch and combine
     attn_F = attn_gemm_f + attn_f
     attn_B = 2.0 * attn_gemm_f + attn_b + ops.where(rc_full, attn_F, 0.0) + up_proj_r
-    exposed_f, exposed_b = paired_a2a_exposed_s(
-        (t_disp, t_comb), (t_comb + ops.where(rc_full, t_disp, 0.0), t_comb + ops.where(rc_full, t_comb, 0.0)),
-        (attn_F, moe_f - attn_F), (attn_B, moe_b + moe_r - attn_B), c["moe_a2a_overlap"])
-    ep_f1 = exposed_f + etp_pair
-    ep_b1 = exposed_b + etp_pair * (1.0 + rc_full)
+    a2a_b = (t_comb + ops.where(rc_full, t_disp, 0.0), t_comb + ops.where(rc_full, t_comb, 0.0))
+    exposed_f, exposed_b = paired_a2a_exposed_s((t_disp, t_comb), a2a_b, (attn_F, moe_f - attn_F),
+                                                (attn_B, moe_b + moe_r - attn_B), c["moe_a2a_overlap"])
+    # a hidden transfer's kernels hold A2A_SM_SHARE of the SMs: the compute beside it runs on the rest
+    stretch = A2A_SM_SHARE / (1.0 - A2A_SM_SHARE)
+    ep_f1 = exposed_f + stretch * (t_disp + t_comb - exposed_f) + etp_pair
+    ep_b1 = exposed_b + stretch * (a2a_b[0] + a2a_b[1] - exposed_b) + etp_pair * (1.0 + rc_full)
 
     # --- which layers the stages hold ------------------------------------------------------------
     n_stage, n_first, n_last = stages
