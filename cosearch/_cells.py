@@ -38,13 +38,16 @@ _SELECTIVE_MODULES = ("act", "mlp", "core_attn", "swiglu")
 
 
 def _recompute(text: Any, source: str) -> str:
-    """A recompute cell as none | selective | full; unstated: full for the Megatron-LM 2019-2021 example
-    scripts (sources S4, S5), which checkpoint every layer, else none. A selective cell that lists only
-    modules outside ``selective`` (norms, MLA up-projections: :func:`recomputes_mla_up_proj`) is none."""
+    """A recompute cell as none | selective | op | full; unstated: full for the Megatron-LM 2019-2021 example
+    scripts (sources S4, S5), which checkpoint every layer, else none. torchtitan's per-op SAC ("per-op",
+    "selective op") is op. A selective cell that lists only modules outside ``selective`` (norms, MLA
+    up-projections: :func:`recomputes_mla_up_proj`) is none."""
     if isinstance(text, str):
         t = text.lower()
         if t.startswith("full"):
             return "full"
+        if "per-op" in t or "selective op" in t or "op-level" in t:
+            return "op"
         if "selective" in t:
             listed = t.partition("(")[2]
             if listed and not any(m in listed for m in _SELECTIVE_MODULES):
@@ -113,12 +116,15 @@ def attention_kernel(framework: str, legacy: bool) -> str:
     """``training.attention`` of a row's stack: unfused for the pre-2022 Megatron-LM runs (``legacy``), the 2023
     Triton kernel where the framework names Triton (llm-foundry), FlashAttention-2's rate ("flash2") for PyTorch
     FlexAttention (a Triton template: "90 % of FlashAttention2's performance in the forward pass and 85 % in the
-    backward", PyTorch blog "FlexAttention", 2024-08-07) and for NeMo containers run with cuDNN attention
-    switched off (:data:`NEMO_LAUNCHER_FA2_RELEASES`), else the GPU's own fused kernel."""
+    backward", PyTorch blog "FlexAttention", 2024-08-07), for PyTorch's ``scaled_dot_product_attention``
+    ("SDPA": its flash backend is FlashAttention-2, and on H100 it does not pick the cuDNN backend:
+    pytorch/pytorch#142132, Dec 2024, native SDPA 329 vs cuDNN 631 TFLOP/s at head_dim 128, "expected, see
+    #141133") and for NeMo containers run with cuDNN attention switched off
+    (:data:`NEMO_LAUNCHER_FA2_RELEASES`), else the GPU's own fused kernel."""
     f = framework.lower()
     if legacy:
         return "standard"
-    if "flexattention" in f or "flex attention" in f:
+    if "flexattention" in f or "flex attention" in f or "sdpa" in f:
         return "flash2"
     release = container_release(f)
     first, last = NEMO_LAUNCHER_FA2_RELEASES
@@ -263,7 +269,8 @@ def gpu_id(text: Any) -> tuple[str | None, dict[str, float]]:
     -> 16 V100 on NVSwitch; DGX A100 -> 8x 200 Gb/s HDR; A800 = A100 with NVLink cut to 400 GB/s
     bidirectional (NVIDIA A800 datasheet) -> 200 per direction; GH200 = the H100-class GPU of the Grace
     Hopper superchip with 96 GB HBM3 at 4.0 TB/s, or 144 GB HBM3e at 4.9 TB/s (NVIDIA GH200 datasheet),
-    four per node on NVLink (the quad-GH200 nodes of CSCS Alps and JUPITER)."""
+    four per node on NVLink (the quad-GH200 nodes of CSCS Alps and JUPITER); an H100 stated as 96 GB HBM2e
+    (Meta's Grand Teton) -> 96 GiB at 2.4 TB/s."""
     t = " ".join(str(text).lower().replace("_", " ").split()) + " "
     over: dict[str, float] = {}
     if "1600 gbps" in t:
@@ -273,6 +280,9 @@ def gpu_id(text: Any) -> tuple[str | None, dict[str, float]]:
     gid = next((g for g, names in _GPU_NAMES if any(n in t for n in names)), None)
     if gid is None:
         return None, {}
+    if gid == "h100-sxm" and "hbm2e" in t and ("96gb" in t or "96 gb" in t):
+        # Meta's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s (torchtitan docs/performance.md states both)
+        over.update(hbm_gib=96.0, hbm_tbps=2.4)
     if gid == "gh200":
         big = "144" in t or "hbm3e" in t
         over.update(hbm_gib=144.0 if big else 96.0, hbm_tbps=4.9 if big else 4.0, gpus_per_node=4, nvlink_domain=4)

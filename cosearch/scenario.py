@@ -130,7 +130,10 @@ class PlanSpec(_Strict):
     cp: Int = Field(1, gt=0, le=MAX_COUNT)
     microbatch: Int = Field(1, gt=0, le=10**9)
     interleave: Int = Field(1, gt=0, le=100_000)
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Literal["none", "selective", "op", "full"] = Field(
+        "none", description="none; selective: Megatron's (the attention core, or with flash attention only the MLP "
+                            "activation); op: torchtitan's per-op SAC (every second matmul of a block and every "
+                            "elementwise op rerun, dense models only); full: the whole layer")
     sequence_parallel: Bool = False
     zero: ZeroStage = 0
     zero_group: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")

@@ -45,6 +45,9 @@ MODERN_PATH = DATA_DIR / "published_runs_modern.csv"
 BRIDGE_DENSE_PATH = DATA_DIR / "published_runs_bridge_dense.csv"
 #: NeMo's long-sequence table (Llama 2 7B fp8 on H100, 4k-1M tokens, CP 1-32): held out the same way.
 LONG_CONTEXT_PATH = DATA_DIR / "published_runs_long_context.csv"
+#: torchtitan's published runs (PyTorch-native: FSDP2, torch.compile, torchao float8, async TP, CP, PP) on A100,
+#: H100 and H200: held out the same way.
+TORCHTITAN_PATH = DATA_DIR / "published_runs_torchtitan.csv"
 
 #: Columns of a published-runs table: published_runs_modern.csv's header and the MoE table's extra cells. A table
 #: that leaves some out (another source's export, a hand-made CSV) reads them as empty cells, so a row states

@@ -190,6 +190,11 @@ def test_deepspeed_json_keys_documented_and_batch_arithmetic(plan):
     ("torchtitan", scenario(training={"precision": "fp16"}, zero=3), "training.precision"),
     # full recompute must say how it ends: Megatron/NeMo/DeepSpeed rerun the whole layer, torchtitan stops early
     ("torchtitan", scenario(zero=3, recompute="full"), "plan.recompute_early_stop"),
+    # per-op SAC (op) is torchtitan's; Megatron's selective (attention core) is not
+    ("torchtitan", scenario(zero=3, recompute="selective"), "plan.recompute"),
+    ("megatron", scenario(tp=8, recompute="op"), "plan.recompute"),
+    ("nemo", scenario(tp=8, zero=1, recompute="op"), "plan.recompute"),
+    ("deepspeed", scenario(zero=3, recompute="op"), "plan.recompute"),
     ("megatron", scenario(tp=8, recompute="full", recompute_early_stop=True), "plan.recompute_early_stop"),
     ("nemo", scenario(tp=8, zero=1, recompute="full", recompute_early_stop=True), "plan.recompute_early_stop"),
     ("deepspeed", scenario(zero=3, recompute="full", recompute_early_stop=True), "plan.recompute_early_stop"),
@@ -211,7 +216,7 @@ def test_nemo_overrides():
 
 
 @pytest.mark.parametrize("plan", [
-    {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 3, "recompute": "selective", "sequence_parallel": True},
+    {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 3, "recompute": "op", "sequence_parallel": True},
     {"tp": 2, "cp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True,
      "recompute_early_stop": True},
     {"microbatch": 1, "zero": 0, "recompute": "none"},

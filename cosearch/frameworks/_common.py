@@ -36,6 +36,9 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
                 raise refuse(f"model.{key}", f"mixture-of-experts / MLA / head_dim / MTP / sliding-window export is "
                              f"mapped for megatron only, not {framework}; use --format megatron")
     stops_early = recompute_stops_early(framework)  # of the exported stacks, torchtitan
+    if pl.recompute == "op" and not stops_early:
+        raise refuse("plan.recompute", f"op is torchtitan's per-op selective checkpointing; {framework} has no such "
+                     "mode (use none, selective or full, or --format torchtitan)")
     if pl.recompute == "full" and pl.recompute_early_stop != stops_early:
         raise refuse("plan.recompute_early_stop", (
             "torchtitan's full activation checkpointing stops the recompute early (PyTorch's non-reentrant "

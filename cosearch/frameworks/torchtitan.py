@@ -9,7 +9,8 @@ Follows **torchtitan v0.1.0** ``torchtitan/config/job_config.py``:
 LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel_layers_per_stage``,
 ``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[training]``
 ``local_batch_size``, ``global_batch_size``, ``seq_len``, ``steps``, ``mixed_precision_param``;
-``[activation_checkpoint] mode`` (``none``/``selective``/``full``, ``selective_ac_option = "op"``; full is
+``[activation_checkpoint] mode`` (``none``/``selective``/``full``; plan.recompute op is ``selective`` with
+``selective_ac_option = "op"``, per-op SAC, and Megatron's selective is refused; full is
 ``plan.recompute_early_stop``: PyTorch's non-reentrant checkpoint stops the recompute early);
 ``[model] converters = ["float8"]`` with ``[float8]`` for fp8.
 
@@ -98,8 +99,11 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     steps = train_steps(sc)
     if steps is not None:
         training["steps"] = steps
-    ac: dict[str, Any] = {"mode": pl.recompute}
     if pl.recompute == "selective":
+        raise refuse("plan.recompute", "torchtitan has no Megatron-style selective recompute (attention core only); "
+                     "use op (its per-op SAC), none or full")
+    ac: dict[str, Any] = {"mode": "selective" if pl.recompute == "op" else pl.recompute}
+    if pl.recompute == "op":
         ac["selective_ac_option"] = "op"
     out = {"parallelism": par, "training": training, "activation_checkpoint": ac}
     if t.precision == "fp8":
@@ -191,6 +195,12 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     mode = str(ac.get("mode", "selective"))
     if mode not in ("none", "selective", "full"):
         raise CosearchError("activation_checkpoint.mode", f"expects none, selective or full (got {mode!r})")
+    if mode == "selective":  # torchtitan's default option "2" checkpoints every second layer: not a modelled mode
+        option = str(ac.get("selective_ac_option", "2"))
+        if option != "op":
+            raise CosearchError("activation_checkpoint.selective_ac_option",
+                                f"expects op (per-op SAC); every-n-layer checkpointing ({option!r}) is not modelled")
+        mode = "op"
     m["seq_len"] = int(tr.get("seq_len", m.get("seq_len", 2048)))
     training: dict[str, Any] = {"global_batch": gb, "precision": precision}
     if "steps" in tr:

@@ -393,7 +393,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     step = pipeline + dp_exposed + optimizer + offload_end
 
     # --- memory -----------------------------------------------------------------------------------
-    working = ops.where(rc >= 2, act_layer_none, 0.0)        # one layer being recomputed
+    working = ops.where(rc > 1, act_layer_none, 0.0)         # one layer being recomputed (full or op)
     if ext is not None:
         working = working + ext.dispatch_buf                  # one layer's all-to-all buffers
 
@@ -486,8 +486,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     attn_core = L * span * fl.attention_flops_per_token(h, s) * tokens_step
     # (stopped early, a dense model's fc2 is not rerun; a MoE model's few leading dense layers are not subtracted)
     fc2_skipped = early_dense * L * 2.0 * h * f * tokens_step
+    # (op: torchtitan's per-op SAC reruns wk, wo and w3 -- w2 in a GeLU MLP -- of every layer, layer.op_sac_recompute_s)
+    op_sac = L * 2.0 * h * (kvh * h / a + h + f) * tokens_step
     recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - (1.0 + mtp) * 2.0 * h * V * tokens_step - fc2_skipped,
-                                   ops.where((rc >= 1) & std_attn, attn_core, 0.0))
+                                   ops.where(rc > 1, op_sac, ops.where((rc >= 1) & std_attn, attn_core, 0.0)))
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12
     run = _training(c, step) if training else blocks.DEFERRED

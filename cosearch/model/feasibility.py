@@ -75,6 +75,9 @@ RULES: tuple[Rule, ...] = (
     Rule("training.attention", lambda c: (c["attention"] != 1.0) | ops.logical_not(extended_rows(c)),
          "standard (unfused) attention is not modelled for models with experts, MLA or head_dim "
          "(allowed there: flash, triton, flash2)"),
+    Rule("plan.recompute", lambda c: (c["recompute"] != 1.5) | ops.logical_not(extended_rows(c)),
+         "recompute op (torchtitan's per-op SAC) is modelled for dense layers only, not for models with experts, "
+         "MLA or head_dim (allowed there: none, selective, full)"),
     # the embedding and the loss may each take a (virtual) stage of their own: Megatron-LM's
     # account_for_embedding/loss_in_pipeline_split (Megatron-Bridge's Llama 3.1 405B recipe: 126 layers on
     # PP 16 x VP 8 = 128 stages; Qwen3-235B-A22B: 94 layers on PP 32 x VP 3); memory.stage_layers splits so

@@ -45,6 +45,17 @@ def _gemm_forward_parts_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, i
     return g_qkv + g_proj + g_fc1, g_fc2
 
 
+def op_sac_recompute_s(tok, h, h_loc, f_loc, kv_loc, gated, gemm_Fps, hbm_Bps, t0, in_B):
+    """Forward time of the matmuls torchtitan's per-op SAC reruns: every second ``aten.mm`` of a block in call
+    order wq, wk, wv, wo, w1, w3, w2 -- wk, wo and w3 (a GeLU MLP: wk, wo, w2); the elementwise ops are
+    added by the caller (``parallelize_llama._apply_ac_to_transformer_block``, torchtitan 2024-25)."""
+    wk = kern.gemm_time_s(tok, kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
+    wo = kern.gemm_time_s(tok, h, h_loc, gemm_Fps, hbm_Bps, t0, in_B)
+    third = ops.where(gated > 0, kern.gemm_time_s(tok, f_loc, h, gemm_Fps, hbm_Bps, t0, in_B),
+                      kern.gemm_time_s(tok, h, f_loc, gemm_Fps, hbm_Bps, t0, in_B))
+    return wk + wo + third
+
+
 def local_widths(h, f, gated, tp, kv_loc):
     """Widths on one TP rank: (hidden, MLP, QKV output, fc1 output)."""
     h_loc = h / tp
@@ -78,7 +89,11 @@ def dense_layer(c, *, tok, s_loc, mb, tp, sp, rc, fp8, in_B, kv_loc, h_rep, gemm
     # full recompute reruns the forward; stopped early (PyTorch's non-reentrant checkpoint, JAX remat) it ends
     # once fc2's input exists: no backward needs fc2's output (measured, experiments/gpu/compare_step.py)
     full_r = layer_f - c["recompute_early_stop"] * gemm_fc2
-    layer_r = ops.where(rc >= 2, full_r, ops.where(rc >= 1, selective_r, 0.0))
+    part_r = selective_r
+    if ops.any((rc > 1) & (rc < 2)):  # torchtitan's per-op SAC: every elementwise op and every second matmul rerun
+        part_r = ops.where(rc > 1, op_sac_recompute_s(tok, h, h_loc, f_loc, kv_loc, gated, gemm_Fps, hbm_Bps, t0,
+                                                      in_B) + elem16, selective_r)
+    layer_r = ops.where(rc >= 2, full_r, ops.where(rc >= 1, part_r, 0.0))
     act_layer, act_layer_none = mem.layer_activation_bytes(
         s_loc, s, mb, h, a, kv_loc, f, gated, tp, sp, rc, attn_kind, c["dropout"], fp8
     )

@@ -85,7 +85,8 @@ def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, 
                            attention, dropout=1.0, fp8=0.0):
     """Activation bytes one layer keeps for one micro-batch on one GPU, for each recompute mode.
 
-    ``recompute``: 0 none, 1 selective, 2 full; ``attention``: 0 flash, 1 standard, 2 triton flash;
+    ``recompute``: 0 none, 1 selective, 1.5 op (torchtitan's per-op SAC: the block input and the outputs of the
+    matmuls it saves, :func:`op_sac_saved_values`), 2 full; ``attention``: 0 flash, 1 standard, 2 triton flash;
     ``kv_width``: K (or V) width per tensor-parallel rank; ``sp``, ``dropout``, ``fp8``: 0/1. Returns (kept under ``recompute``, kept with no recompute).
     """
     sbh = seq_local * micro * hidden
@@ -102,7 +103,18 @@ def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, 
     selective_saving = ops.where(standard, scores, (2.0 - fp8) * sbf / tp)
     selective = none - selective_saving
     full = 2.0 * sbh / rep_div
-    return ops.where(recompute >= 2, full, ops.where(recompute >= 1, selective, none)), none
+    op = 2.0 * seq_local * micro * op_sac_saved_values(hidden, kv_width, ffn, gated, tp, rep_div)
+    kept = ops.where(recompute >= 2, full, ops.where(recompute > 1, op, ops.where(recompute >= 1, selective, none)))
+    return kept, none
+
+
+def op_sac_saved_values(hidden, kv_width, ffn, gated, tp, rep_div):
+    """16-bit values per token one layer keeps under torchtitan's per-op SAC (``_save_list``: the outputs of
+    ``aten.mm``, the SDPA kernels and TP reduce-scatters, except every second matmul of the block,
+    ``parallelize_llama._apply_ac_to_transformer_block``): the block input, the attention output and the
+    outputs of the odd matmuls in call order wq, wk, wv, wo, w1, w3, w2 -- wq, wv, w1, w2 (a GeLU MLP:
+    wq, wv, w1). Everything else is rerun from them."""
+    return hidden / rep_div + 2.0 * hidden / tp + kv_width + ffn / tp + gated * hidden / rep_div
 
 
 def stage_layers(layers, pp, interleave):
