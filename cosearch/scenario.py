@@ -136,7 +136,7 @@ class PlanSpec(_Strict):
                             "elementwise op rerun, dense models only); full: the whole layer")
     sequence_parallel: Bool = False
     zero: ZeroStage = 0
-    zero_group: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="ZeRO/FSDP sharding group (hybrid sharding); default dp")
+    zero_group: Optional[Int] = Field(None, gt=0, le=MAX_COUNT, description="ZeRO/FSDP sharding group, data-parallel ranks (hybrid sharding); default dp x cp, every rank holding the same parameters")
     zero3_live_params: Optional[Float] = Field(None, gt=0, le=1e13, description="ZeRO-3 parameters gathered at once "
                                                "(DeepSpeed stage3_max_live_parameters, default 1e9 there); default: "
                                                "PyTorch FSDP, the current and the prefetched layer")

@@ -186,9 +186,10 @@ HELD_OUT_REASONS = {
                     "(the same stack on 700 W H200, rows 541-542, is -15 %)"),
     **dict.fromkeys((522, 532, 534, 536, 538), "async TP: the model hides the TP collectives as Megatron's userbuffers "
                     "do (22-29 % faster than vanilla TP here); torchtitan measured 5-16 %; and the 500 W part"),
-    **dict.fromkeys((516, 517, 528), "FSDP x CP: torchtitan shards FSDP over the dp x cp mesh (dp_shard_cp); the "
-                    "model's zero-3 group is dp, so at FSDP 1-2 x CP 4-8 it keeps 4-8x the states and the stated plan "
-                    "does not fit; and the 500 W part"),
+    **dict.fromkeys((514, 515, 516, 517, 525, 526, 527, 528), "CP with PyTorch's ring attention over SDPA: the error "
+                    "grows with the sequence (8B: -29 % at 32k to -47 % at 262k; 405B: -24 % to -47 %), so the ring's "
+                    "per-chunk SDPA calls and merges run at about half FlashAttention-2's rate, which the model does "
+                    "not know; and the 500 W part"),
 }
 
 

@@ -86,3 +86,21 @@ def test_torchtitan_held_out_rows_build_and_h200_memory_matches_the_published_pe
     assert (t.loc[[501, 504, 505, 511, 541], "recompute"] == "op").all()
     assert t.loc[541, "memory_gib"] == pytest.approx(47.96, rel=0.05)
     assert t.loc[542, "memory_gib"] == pytest.approx(46.97, rel=0.05)
+
+
+def test_fsdp_shards_over_the_context_parallel_ranks_too():
+    # the cp ranks hold the same parameters, so FSDP shards over dp x cp (torchtitan's dp_shard_cp mesh): at the
+    # same tokens per GPU, FSDP 8 x CP 1, 2 x 4... take the same memory; a stated zero_group (a group of dp
+    # ranks) keeps the states replicated over cp: 2 x more here (dp 4, cp 2)
+    from cosearch.presets import preset
+
+    def run(cp, zero_group=None):
+        model = {k: v for k, v in preset("llama3-8b").items() if k not in ("params_b_reported", "source")}
+        model["seq_len"] = 8192 * cp
+        plan = {"zero": 3, "cp": cp, "microbatch": 1, "recompute": "full", "recompute_early_stop": True,
+                **({"zero_group": zero_group} if zero_group else {})}
+        return cosearch.estimate({"model": model, "training": {"global_batch": 8 // cp, "precision": "bf16"},
+                                  "cluster": {"gpu": "h100-sxm", "gpus": 8}, "plan": plan})["memory_gib"]
+
+    assert run(1) == pytest.approx(run(2)) == pytest.approx(run(8))
+    assert run(2, zero_group=4) > run(2) + 10.0

@@ -65,7 +65,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     # plan
     "gpus": None, "tp": 1.0, "pp": 1.0, "dp": None, "cp": 1.0, "microbatch": 1.0,
     "interleave": 1.0, "recompute": 0.0, "sequence_parallel": 0.0, "zero": 0.0,
-    "zero_group": np.nan,  # NaN: shard over the whole data-parallel group (FSDP FULL_SHARD)
+    "zero_group": np.nan,  # NaN: shard over all dp x cp ranks (FSDP FULL_SHARD; torchtitan dp_shard_cp)
     "zero3_live_params": np.nan,  # DeepSpeed stage3_max_live_parameters; NaN: FSDP (two wrapped layers gathered)
     "fsdp_overlap": np.nan,      # share of compute that hides FSDP traffic; NaN: the profile's fsdp_overlap
     "recompute_early_stop": 0.0,  # 1: full recompute skips the dense MLP's last GEMM (PyTorch non-reentrant, JAX)

@@ -178,10 +178,13 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     tp, pp, dp, cp = c["tp"], c["pp"], c["dp"], c["cp"]
     mb, v, rc, sp, zero = c["microbatch"], c["interleave"], c["recompute"], c["sequence_parallel"], c["zero"]
     gpus = c["gpus"]
-    zg = ops.where(ops.isnan(c["zero_group"]), dp, c["zero_group"])
-    # ZeRO-1/2 (Megatron's distributed optimizer) shard over the data- and context-parallel ranks, which
-    # all hold the same parameters; FSDP (ZeRO-3) shards over the zero group only.
-    opt_group = ops.where((zero < 3) & ops.isnan(c["zero_group"]), dp * cp, zg)
+    # ZeRO (Megatron's distributed optimizer, FSDP) shards over the data- and context-parallel ranks, which all
+    # hold the same parameters (torchtitan's FSDP2 mesh dp_shard_cp; Megatron-Core's dp-with-cp group); a stated
+    # zero_group (hybrid sharding) is a group of data-parallel ranks, replicated over the rest and over cp
+    zg_dp = ops.isnan(c["zero_group"])
+    zg = ops.where(zg_dp, dp * cp, c["zero_group"])
+    zg_stride = ops.where(zg_dp, tp, tp * cp)  # dp x cp ranks sit at stride tp; a dp subgroup at stride tp * cp
+    opt_group = zg
 
     # --- rates -------------------------------------------------------------------------------
     gemm_Fps, gemm16_Fps, attn_Fps, hbm_Bps = kernel_rates(c, p)
@@ -293,7 +296,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
 
     # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
     # gradients in backward, every micro-batch; prefetch hides them behind compute.
-    gather = coll.collective_s("all_gather", c["dp_collective"], params_stage * kern.BYTES_16BIT, zg, tp * cp, fabric,
+    gather = coll.collective_s("all_gather", c["dp_collective"], params_stage * kern.BYTES_16BIT, zg, zg_stride, fabric,
                                calls=n_stage)
     z3 = (zero >= 3) & (zg > 1)
     if ext is not None:  # FSDP + EP: routed-expert weights are gathered over the expert-data-parallel group
@@ -352,8 +355,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
 
     # --- data-parallel gradient reduction (once per step) ----------------------------------------
     grad_bytes = params_stage * mem.GRAD_BYTES
-    rep = ops.where(z3, dp / zg, dp) * cp  # replicas that must agree on each gradient shard
-    # Its rank extent over its size: dp*cp ranks at stride tp; under FSDP the cp ranks (stride tp) times
+    rep = ops.where(z3, dp * cp / zg, dp * cp)  # replicas that must agree on each gradient shard
+    # Its rank extent over its size: dp*cp ranks at stride tp; under hybrid FSDP the cp ranks (stride tp) times
     # the dp/zg replicas (stride tp*cp*zg) span tp*cp*dp ranks, an effective stride of tp*zg.
     rep_stride = ops.where(z3 & (dp > zg), tp * zg, tp)
     dp_bytes = ops.where(z3, grad_bytes / zg, grad_bytes)
