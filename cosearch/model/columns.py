@@ -12,12 +12,12 @@ import numpy as np
 from .burst import DEFAULT_INTERFERENCE
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
-from .memory import OPTIMIZER_STATE_CODES
+from .memory import OP_SAC, OPTIMIZER_STATE_CODES
 from .schedules import SCHEDULE_CODES
 
 #: op: torchtitan's per-op selective activation checkpointing (``selective_ac_option = "op"``): between
 #: selective and full in what it recomputes, hence the code between theirs (model.layer, model.memory).
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "op": 1.5, "full": 2}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "op": OP_SAC, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 #: flash: the GPU's own fused attention kernel (FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN /
 #: Transformer Engine on Hopper and later); standard: unfused (pre-2022 Megatron-LM); triton: the 2023

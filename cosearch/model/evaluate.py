@@ -184,7 +184,6 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     zg_dp = ops.isnan(c["zero_group"])
     zg = ops.where(zg_dp, dp * cp, c["zero_group"])
     zg_stride = ops.where(zg_dp, tp, tp * cp)  # dp x cp ranks sit at stride tp; a dp subgroup at stride tp * cp
-    opt_group = zg
 
     # --- rates -------------------------------------------------------------------------------
     gemm_Fps, gemm16_Fps, attn_Fps, hbm_Bps = kernel_rates(c, p)
@@ -336,7 +335,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     exp_Bps = xp.expansion_Bps(c["expansion_gbps"])
     if any_offload:
         off_opt, off_w, off_act = xp.offloads(off, xp.OPTIMIZER), xp.offloads(off, xp.WEIGHTS), xp.offloads(off, xp.ACTIVATIONS)
-        w_stage, g_stage, _ = mem.model_state_bytes(params_stage, zero, opt_group, fp8)
+        w_stage, g_stage, _ = mem.model_state_bytes(params_stage, zero, zg, fp8)
         act_mb = n_stage * act_layer
         io_f = ops.where(off_w, w_stage, 0.0) + ops.where(off_act, act_mb, 0.0)
         io_b = ops.where(off_w, w_stage + 2.0 * g_stage, 0.0) + ops.where(off_act, act_mb, 0.0)
@@ -372,7 +371,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     hide_b = p.dp_overlap * c["overlap_grad_reduce"] * free_b
     dp_exposed = ops.maximum(dp_total - hide_b, 0.0)
 
-    owned = params_stage / ops.where(zero >= 1, opt_group, 1.0)
+    owned = params_stage / ops.where(zero >= 1, zg, 1.0)
     if ext is not None:
         owned = owned + experts_stage / ops.where(zero >= 1, ext.edp, 1.0)
     opt_code = c["optimizer_states"]
@@ -400,11 +399,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     if ext is not None:
         working = working + ext.dispatch_buf                  # one layer's all-to-all buffers
 
-    div_dense = mem.state_divisors(zero, opt_group)  # the same for every rank's states
+    div_dense = mem.state_divisors(zero, zg)  # the same for every rank's states
     div_experts = None if ext is None else mem.state_divisors(zero, ext.edp)
 
     def states(params, experts_key):
-        w_, g_, o_ = mem.model_state_bytes(params, zero, opt_group, fp8, div_dense, opt_B)
+        w_, g_, o_ = mem.model_state_bytes(params, zero, zg, fp8, div_dense, opt_B)
         if ext is None:
             return w_, g_, o_
         we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8, div_experts, opt_B)
@@ -559,7 +558,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
             layer_cp_s=cp_layer_f + cp_layer_b, layer_back_s=layer_b + layer_r + tp_layer_b + cp_layer_b,
             logits_s=logits_f + logits_b, logits_back_s=logits_b, slot_s=slot, p2p_bytes=p2p_bytes, fabric=fabric,
             layer_params=layer_params_loc, emb_params=emb_loc, act_layer_bytes=act_layer, working_bytes=working,
-            logits_bytes=logits_buf, opt_group=opt_group, hbm_Bps=hbm_Bps, grad_bytes=grad_bytes, hide_b_s=hide_b,
+            logits_bytes=logits_buf, opt_group=zg, hbm_Bps=hbm_Bps, grad_bytes=grad_bytes, hide_b_s=hide_b,
             optimizer_s=optimizer, usable_bytes=usable, model_flops=model_flops,
             hardware_flops=model_flops + recompute_fwd_flops)
     if deeppool:

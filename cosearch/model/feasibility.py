@@ -13,6 +13,7 @@ from ..errors import CosearchError
 from . import _ops as ops
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
+from .memory import OP_SAC
 from .moe import expert_tp, extended_rows
 from .schedules import DUALPIPE, INTERLEAVED, ONE_F_ONE_B, SCHEDULE_CODES, ZB_H1, ZB_V, ZB_V_CHUNKS
 
@@ -75,7 +76,7 @@ RULES: tuple[Rule, ...] = (
     Rule("training.attention", lambda c: (c["attention"] != 1.0) | ops.logical_not(extended_rows(c)),
          "standard (unfused) attention is not modelled for models with experts, MLA or head_dim "
          "(allowed there: flash, triton, flash2)"),
-    Rule("plan.recompute", lambda c: (c["recompute"] != 1.5) | ops.logical_not(extended_rows(c)),
+    Rule("plan.recompute", lambda c: (c["recompute"] != OP_SAC) | ops.logical_not(extended_rows(c)),
          "recompute op (torchtitan's per-op SAC) is modelled for dense layers only, not for models with experts, "
          "MLA or head_dim (allowed there: none, selective, full)"),
     # the embedding and the loss may each take a (virtual) stage of their own: Megatron-LM's

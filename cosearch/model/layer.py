@@ -90,7 +90,7 @@ def dense_layer(c, *, tok, s_loc, mb, tp, sp, rc, fp8, in_B, kv_loc, h_rep, gemm
     # once fc2's input exists: no backward needs fc2's output (measured, experiments/gpu/compare_step.py)
     full_r = layer_f - c["recompute_early_stop"] * gemm_fc2
     part_r = selective_r
-    if ops.any((rc > 1) & (rc < 2)):  # torchtitan's per-op SAC: every elementwise op and every second matmul rerun
+    if ops.any(rc == mem.OP_SAC):  # torchtitan's per-op SAC: every elementwise op and every second matmul rerun
         part_r = ops.where(rc > 1, op_sac_recompute_s(tok, h, h_loc, f_loc, kv_loc, gated, gemm_Fps, hbm_Bps, t0,
                                                       in_B) + elem16, selective_r)
     layer_r = ops.where(rc >= 2, full_r, ops.where(rc >= 1, part_r, 0.0))

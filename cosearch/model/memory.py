@@ -81,11 +81,16 @@ def model_state_bytes(params_local, zero, shard_group, fp8, divisors=None, optim
     return weights, grads, optimizer
 
 
+#: ``plan.recompute`` op's code (torchtitan's per-op SAC): between selective (1) and full (2), as what it reruns
+#: is, so ``recompute > 1`` reads "op or full" (:data:`cosearch.model.columns.RECOMPUTE_CODES`).
+OP_SAC = 1.5
+
+
 def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, ffn, gated, tp, sp, recompute,
                            attention, dropout=1.0, fp8=0.0):
     """Activation bytes one layer keeps for one micro-batch on one GPU, for each recompute mode.
 
-    ``recompute``: 0 none, 1 selective, 1.5 op (torchtitan's per-op SAC: the block input and the outputs of the
+    ``recompute``: 0 none, 1 selective, :data:`OP_SAC` op (torchtitan's per-op SAC: the block input and the outputs of the
     matmuls it saves, :func:`op_sac_saved_values`), 2 full; ``attention``: 0 flash, 1 standard, 2 triton flash;
     ``kv_width``: K (or V) width per tensor-parallel rank; ``sp``, ``dropout``, ``fp8``: 0/1. Returns (kept under ``recompute``, kept with no recompute).
     """
