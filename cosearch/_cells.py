@@ -133,6 +133,13 @@ def attention_kernel(framework: str, legacy: bool) -> str:
     return "triton" if "triton" in f else "flash"
 
 
+def fusion_of(framework: str) -> str:
+    """``training.fusion`` of a row's stack: ``eager`` where the framework cell says the PyTorch model ran
+    eager (torchtitan's tables state eager vs torch.compile), else ``fused`` (Transformer Engine / Megatron
+    fused kernels, torch.compile, XLA). A fact of the stated stack, not of the row."""
+    return "eager" if re.search(r"\beager\b", framework.lower()) else "fused"
+
+
 def optimizer_states(sharding: str, framework: str) -> str:
     """``training.optimizer_states`` of a row: "bf16_moments" where its sharding cell states 16-bit optimizer
     states or moments (Megatron's precision-aware optimizer) and for DeepSeek's HAI-LLM (DeepSeek-V3 tracks
@@ -270,7 +277,7 @@ def gpu_id(text: Any) -> tuple[str | None, dict[str, float]]:
     bidirectional (NVIDIA A800 datasheet) -> 200 per direction; GH200 = the H100-class GPU of the Grace
     Hopper superchip with 96 GB HBM3 at 4.0 TB/s, or 144 GB HBM3e at 4.9 TB/s (NVIDIA GH200 datasheet),
     four per node on NVLink (the quad-GH200 nodes of CSCS Alps and JUPITER); an H100 stated as 96 GB HBM2e
-    (Meta's Grand Teton) -> 96 GiB at 2.4 TB/s."""
+    (Meta's Grand Teton) -> 96 GiB at 2.4 TB/s; a stated power limit ("500 W power limit") -> ``power_limit_w``."""
     t = " ".join(str(text).lower().replace("_", " ").split()) + " "
     over: dict[str, float] = {}
     if "1600 gbps" in t:
@@ -280,6 +287,9 @@ def gpu_id(text: Any) -> tuple[str | None, dict[str, float]]:
     gid = next((g for g, names in _GPU_NAMES if any(n in t for n in names)), None)
     if gid is None:
         return None, {}
+    limit = re.search(r"(\d{2,4})\s*w (?:power )?(?:limit|cap)|power (?:limit|cap)(?: of| at|:)? ?(\d{2,4})\s*w\b", t)
+    if limit:  # an enforced board power limit (nvidia-smi -pl): cosearch.model.power
+        over["power_limit_w"] = float(limit.group(1) or limit.group(2))
     if gid == "h100-sxm" and "hbm2e" in t and ("96gb" in t or "96 gb" in t):
         # Meta's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s (torchtitan docs/performance.md states both)
         over.update(hbm_gib=96.0, hbm_tbps=2.4)

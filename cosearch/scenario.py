@@ -86,7 +86,7 @@ class TrainingSpec(_Strict):
     attention: Literal["flash", "standard", "triton", "flash2"] = Field(
         "flash", description="flash: the GPU's own fused kernel (FlashAttention-2 on Ampere, FlashAttention-3/cuDNN on "
         "Hopper on); standard: unfused; triton: the 2023 Triton flash-attention kernel; flash2: FlashAttention-2 or "
-        "PyTorch SDPA's flash backend on any GPU (35 % of H100 peak: no Hopper path)")
+        "PyTorch SDPA's flash backend on any GPU (29 % of H100 peak forward + backward, measured: no Hopper path)")
     dropout: Bool = Field(False, description="dropout layers on (GPT-3-era recipes); modern LLM recipes train without")
     target_tokens: Optional[Float] = Field(
         None, ge=1, le=MAX_TOKENS, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
@@ -96,6 +96,9 @@ class TrainingSpec(_Strict):
         "fp32", description="Adam's states beside the 16-bit weights and gradients: fp32 master + m + v (12 B per "
         "parameter, mixed precision), bf16_moments (fp32 master, 16-bit m and v: 8 B; DeepSeek-V3, Megatron's "
         "precision-aware optimizer) or bf16 (no master copy, 16-bit m and v: 4 B; pure-bf16 PyTorch stacks)")
+    fusion: Literal["fused", "eager"] = Field(
+        "fused", description="fused: memory-bound ops fused (Transformer Engine / Megatron kernels, torch.compile, XLA); "
+        "eager: PyTorch eager mode, one kernel per op (2.4x the memory-bound HBM traffic, measured on one H100)")
     moe_load_imbalance: Float = Field(DEFAULT_LOAD_IMBALANCE, ge=1.0, le=100.0, description="busiest expert-parallel "
                                       "rank's routed tokens over the mean (issue 13; default: Switch Transformer's capacity factor 1.25)")
 
@@ -114,7 +117,10 @@ class ClusterSpec(_Strict):
     hbm_tbps: Optional[Float] = Field(None, ge=1e-3, le=1e4)
     nvlink_gbps: Optional[Float] = Field(None, ge=1e-3, le=1e6)
     network_gbps: Optional[Float] = Field(None, ge=1e-3, le=1e6)
-    power_w: Optional[Float] = Field(None, gt=0, le=1e6)
+    power_w: Optional[Float] = Field(None, gt=0, le=1e6, description="rated board power per GPU, W (energy); default the catalog's")
+    power_limit_w: Optional[Float] = Field(None, gt=0, le=1e6, description="enforced power limit per GPU, W "
+                                           "(nvidia-smi -pl): below power_w the tensor-core clock drops (cube law, "
+                                           "cosearch.model.power) and the GPU draws at most this; default none")
     price_usd_per_gpu_hour: Optional[Float] = Field(None, ge=0, le=1e4)
     expansion_gib: Float = Field(0.0, ge=0, le=1e8, description="memory expansion tier (host DRAM / CXL) per GPU, GiB; per node if pooled")
     expansion_gbps: Float = Field(0.0, ge=0, le=1e6, description="expansion tier bandwidth per GPU, GB/s (reads and writes together)")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import (_num, _recompute, _stated, attention_kernel, causal_flops_count, gpu_id,  # noqa: F401
+from ._cells import (_num, _recompute, _stated, attention_kernel, causal_flops_count, fusion_of, gpu_id,  # noqa: F401
                      hybrid_shard_group, legacy_megatron, megatron_core_stack, optimizer_states, precision_of,
                      stack_plan_facts, zero_stage)
 from .errors import CosearchError
@@ -217,7 +217,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
             "model": model,
             "training": {"global_batch": int(row.global_batch_size), "precision": precision,
                          "attention": attention, "dropout": dropout,
-                         "optimizer_states": optimizer_states(sharding, framework)},
+                         "optimizer_states": optimizer_states(sharding, framework), "fusion": fusion_of(framework)},
             "cluster": cluster,
             "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
                      "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,

@@ -175,21 +175,29 @@ HELD_OUT_REASONS = {
     403: "405B on GB300, TP 4 x PP 8: +23 %; the TP 2 x CP 2 rows of the same tables are +5 and +13 %",
     **dict.fromkeys(range(440, 449), "NeMo 24.03.01 long sequences, priced at FlashAttention-2's rate: NVIDIA's NeMo "
                     "Framework Launcher for that container sets NVTE_FUSED_ATTN=0 (cuDNN attention off until launcher "
-                    "PRs #384/#422, Aug 2024), so TE ran flash-attn (_cells.NEMO_LAUNCHER_FA2_RELEASES). -4..-11 %, flat "
-                    "from 4k to 1M tokens; at the GPU's cuDNN rate they were -10 % at 4k growing to -34 % at 1M"),
-    **dict.fromkeys(range(501, 507), "torchtitan on A100 (spring 2024, eager: torch.compile off): eager PyTorch's "
-                    "unfused norms, RoPE and SwiGLU are not in the model, which our own single-H100 steps put at ~9 "
-                    "points (experiments/results/gpu/compare_step.json: eager -14 %, compiled -6 %)"),
-    **dict.fromkeys((511, 512, 513, 514, 515, 518, 519, 520, 521, 523, 524, 525, 526, 527, 531, 533, 535, 537),
-                    "Grand Teton H100 at its 500 W default power limit: the source puts its peak between H100 SXM "
-                    "(989 TFLOP/s bf16) and H100 NVL (835) and does not know it; the model prices the 700 W SXM part "
-                    "(the same stack on 700 W H200, rows 541-542, is -15 %)"),
-    **dict.fromkeys((522, 532, 534, 536, 538), "async TP: the model hides the TP collectives as Megatron's userbuffers "
-                    "do (22-29 % faster than vanilla TP here); torchtitan measured 5-16 %; and the 500 W part"),
-    **dict.fromkeys((514, 515, 516, 517, 525, 526, 527, 528), "CP with PyTorch's ring attention over SDPA: the error "
-                    "grows with the sequence (8B: -29 % at 32k to -47 % at 262k; 405B: -24 % to -47 %), so the ring's "
-                    "per-chunk SDPA calls and merges run at about half FlashAttention-2's rate, which the model does "
-                    "not know; and the 500 W part"),
+                    "PRs #384/#422, Aug 2024), so TE ran flash-attn (_cells.NEMO_LAUNCHER_FA2_RELEASES). At FA2's "
+                    "forward + backward rate measured on our H100 at 8k tokens (compute.FLASH2_CAPPED_FWD_BWD_RELATIVE) "
+                    "-1..+3 % up to 32k, growing to +12 % at 512k: the kernel runs faster on long sequences than at 8k "
+                    "(at the published forward-only 35 % these rows were -5..-11 %; at cuDNN's rate -10 % to -34 %)"),
+    **dict.fromkeys(range(501, 507), "torchtitan on A100 (spring 2024, eager: torch.compile off), priced with eager "
+                    "PyTorch's memory-bound traffic (training.fusion eager, 2.4x the fused count, measured on our H100): "
+                    "-7..-16 % (-10..-19 % fused); FSDP2 and the rest of the PyTorch-native stack run slower than the "
+                    "model knows"),
+    **dict.fromkeys((511, 512, 513, 518, 519, 520, 521, 531, 533), "Grand Teton H100 at its stated 500 W power "
+                    "limit (cluster.power_limit_w: tensor-core clock x0.85 by the cube law, cosearch.model.power) and "
+                    "FA2's measured Hopper rate: -3..-16 %; the same stack on 700 W H200 (rows 541-542) is -10/-12 %"),
+    **dict.fromkeys((522, 532, 534, 536, 538), "async TP: the model hides 75 % of the TP collectives as Megatron's "
+                    "userbuffers do, 18-24 % faster than vanilla TP on these plans; torchtitan measured 5-16 %, so these "
+                    "rows are 6-12 points further off than their vanilla-TP twins"),
+    **dict.fromkeys((535, 537), "Llama 3 8B on TP 8 x FSDP 8 (vanilla TP, per-op SAC): -22 %: an 8B model split "
+                    "eight ways runs 512-wide per-rank GEMMs and DTensor's sequence-parallel collectives, slower than "
+                    "the model's GEMM and NCCL rates; and the 500 W limit as above"),
+    **dict.fromkeys((523, 524), "405B on PP 8 x TP 8 x FSDP 8 with torch.distributed.pipelining: micro-batches and "
+                    "stages per rank unstated (the model tunes them), -32/-35 %; the pipeline runtime's per-micro-batch "
+                    "costs are not in the model"),
+    **dict.fromkeys((514, 515, 516, 517, 525, 526, 527, 528), "CP with PyTorch's ring attention over SDPA: 8B -7 % at "
+                    "32k, +2 % at 64k, then -23 % and -25 % at 131k and 262k; 405B -6 % to -26 %: the ring's per-chunk "
+                    "SDPA calls and merges at long sequences run slower than FA2's measured rate"),
 }
 
 

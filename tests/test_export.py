@@ -234,6 +234,16 @@ def test_torchtitan_toml_round_trip(plan):
     _same(sc, back)
 
 
+def test_torchtitan_compile_is_the_fusion():
+    import tomllib
+
+    for fusion, compiled in (("fused", True), ("eager", False)):
+        sc = scenario(training={"fusion": fusion}, microbatch=1, zero=3, recompute="op")
+        text = export(sc, "torchtitan")
+        assert tomllib.loads(text)["training"]["compile"] is compiled
+        _same(sc, torchtitan.parse_toml(text, dict(LLAMA_70B), sc.cluster.model_dump(exclude_none=True)))
+
+
 # ------------------------------------------------------------------------------------------- CLI
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "cosearch", *args], capture_output=True, text=True)

@@ -70,8 +70,8 @@ def test_torchtitan_cells():
     # PyTorch SDPA's flash backend is FlashAttention-2 (not cuDNN on H100, pytorch/pytorch#142132)
     assert attention_kernel("torchtitan (PyTorch FSDP2, torch.compile per block, SDPA; Dec 2024)", False) == "flash2"
     assert attention_kernel("Megatron-Bridge / Megatron-Core (NeMo 26.02)", False) == "flash"
-    assert gpu_id("H100 SXM 96GB HBM2e (Grand Teton, 500 W power limit)") == ("h100-sxm", {"hbm_gib": 96.0,
-                                                                                           "hbm_tbps": 2.4})
+    assert gpu_id("H100 SXM 96GB HBM2e (Grand Teton, 500 W power limit)") == ("h100-sxm", {
+        "hbm_gib": 96.0, "hbm_tbps": 2.4, "power_limit_w": 500.0})
     assert gpu_id("H100-SXM-80GB (DGX H100)") == ("h100-sxm", {})
 
 

@@ -8,8 +8,8 @@ Follows **torchtitan v0.1.0** ``torchtitan/config/job_config.py``:
 ``torch.distributed.pipelining.schedules.get_schedule_class``: 1F1B, Interleaved1F1B, GPipe,
 LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel_layers_per_stage``,
 ``pipeline_parallel_microbatch_size``, ``context_parallel_degree``; ``[training]``
-``local_batch_size``, ``global_batch_size``, ``seq_len``, ``steps``, ``mixed_precision_param``;
-``[activation_checkpoint] mode`` (``none``/``selective``/``full``; plan.recompute op is ``selective`` with
+``local_batch_size``, ``global_batch_size``, ``seq_len``, ``steps``, ``mixed_precision_param``, ``compile``
+(training.fusion fused, else eager); ``[activation_checkpoint] mode`` (``none``/``selective``/``full``; plan.recompute op is ``selective`` with
 ``selective_ac_option = "op"``, per-op SAC, and Megatron's selective is refused; full is
 ``plan.recompute_early_stop``: PyTorch's non-reentrant checkpoint stops the recompute early);
 ``[model] converters = ["float8"]`` with ``[float8]`` for fp8.
@@ -87,8 +87,9 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
                    fsdp_reshard_after_forward="never" if pl.zero == 2 else "default")
     par.update(tensor_parallel_degree=pl.tp, enable_async_tensor_parallel=bool(pl.tp_comm_overlap and pl.tp > 1),
                pipeline_parallel_degree=pl.pp, context_parallel_degree=pl.cp)
+    # training.fusion: torch.compile fuses the memory-bound ops (torchtitan's default is eager)
     training: dict[str, Any] = {"global_batch_size": t.global_batch, "seq_len": m.seq_len,
-                                "mixed_precision_param": "bfloat16"}
+                                "mixed_precision_param": "bfloat16", "compile": t.fusion == "fused"}
     if pl.pp > 1:
         par["pipeline_parallel_schedule"] = schedule
         par["pipeline_parallel_layers_per_stage"] = m.layers // (pl.pp * pl.interleave)
@@ -202,7 +203,8 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
                                 f"expects op (per-op SAC); every-n-layer checkpointing ({option!r}) is not modelled")
         mode = "op"
     m["seq_len"] = int(tr.get("seq_len", m.get("seq_len", 2048)))
-    training: dict[str, Any] = {"global_batch": gb, "precision": precision}
+    training: dict[str, Any] = {"global_batch": gb, "precision": precision,
+                                "fusion": "fused" if tr.get("compile", False) is True else "eager"}
     if "steps" in tr:
         training["tokens"] = float(int(tr["steps"]) * gb * m["seq_len"])
     sched_in = {v: k for k, v in _SCHEDULES.items()}.get(str(par.get("pipeline_parallel_schedule", "1F1B")))

@@ -24,6 +24,9 @@ PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
 #: Triton flash-attention kernel (llm-foundry, ALiBi); flash2: FlashAttention-2 (or PyTorch SDPA's flash
 #: backend) on any GPU, which on Hopper runs without the architecture's wgmma/TMA path.
 ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2, "flash2": 3}
+#: fused: memory-bound ops fused into few kernels (Transformer Engine / Megatron, torch.compile, XLA); eager:
+#: PyTorch eager mode, one kernel per op (compute.EAGER_ELEMENTWISE_RELATIVE).
+FUSION_CODES = {"fused": 0, "eager": 1}
 
 #: Per-GPU columns from a catalog entry's efficiency block (besides the datasheet values):
 #: :func:`cosearch.hardware.catalog` fills them; every per-GPU column set lists them from here.
@@ -34,7 +37,7 @@ EFFICIENCY_COLUMNS = ("matmul_efficiency", "matmul_efficiency_fp8", "legacy_atte
 CATEGORICAL_CODES: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
     "offload": OFFLOAD_CODES, "tp_collective": COLLECTIVE_CODES, "dp_collective": COLLECTIVE_CODES,
-    "schedule": SCHEDULE_CODES, "optimizer_states": OPTIMIZER_STATE_CODES,
+    "schedule": SCHEDULE_CODES, "optimizer_states": OPTIMIZER_STATE_CODES, "fusion": FUSION_CODES,
 }
 
 #: Input columns and their defaults (None: required).
@@ -49,6 +52,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "optimizer_states": 0.0,          # memory.OPTIMIZER_STATE_CODES: 0 fp32 master + m + v, 1 bf16 moments, 2 pure bf16
     "target_tokens": np.nan,          # E_min: tokens to the target loss at a tiny batch (time-to-accuracy)
     "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
+    "fusion": 0.0,                    # FUSION_CODES: 0 fused memory-bound kernels, 1 PyTorch eager
     # hardware (resolved from the catalog plus overrides)
     "peak_tflops": None, "matmul_efficiency": None, "hbm_gib": None, "hbm_tbps": None,
     "attention_speedup": 1.0,  # the GPU's attention kernel vs the profile's ratio to GEMMs (Blackwell Ultra 1.35)
@@ -56,6 +60,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "matmul_efficiency_fp8": np.nan,  # fraction of the fp8 peak large GEMMs reach; NaN: bf16 value x profile ratio
     "nvlink_gbps": None, "nvlink_domain": None, "gpus_per_node": None, "network_gbps": None,
     "power_w": None, "price_usd_per_gpu_hour": None,
+    "power_limit_w": np.nan,    # enforced board power limit, W (model.power); NaN: the rated power_w
     # cluster co-design knobs (defaults: no expansion tier, full-bisection network)
     "expansion_gib": 0.0,       # expansion tier capacity per GPU (per node when expansion_pooled), GiB
     "expansion_gbps": 0.0,      # expansion tier bandwidth per GPU, GB/s
@@ -96,7 +101,7 @@ from .window import WINDOW_INPUT_COLUMNS  # noqa: E402
 INPUT_COLUMNS.update(WINDOW_INPUT_COLUMNS)
 #: Columns a caller may leave out at no cost: broadcast_columns keeps them 0-d (their defaults describe
 #: a model without the feature).
-LAZY_COLUMNS = frozenset(MOE_INPUT_COLUMNS) | frozenset(WINDOW_INPUT_COLUMNS) | {"mtp_layers"}
+LAZY_COLUMNS = frozenset(MOE_INPUT_COLUMNS) | frozenset(WINDOW_INPUT_COLUMNS) | {"mtp_layers", "fusion", "power_limit_w"}
 #: Model columns of the optional architecture fields (cosearch.presets.MOE_ARCH_FIELDS; ``mla`` from ``attention``).
 OPTIONAL_MODEL_COLUMNS = MOE_MODEL_COLUMNS + ("mtp_layers",) + tuple(WINDOW_INPUT_COLUMNS)
 

@@ -14,6 +14,13 @@ BYTES_16BIT = 2.0
 #: forward (median 3.2): it runs slower per FLOP. The rate is not fitted; forward + backward the model is
 #: within -26..+19 % of cuDNN at 2k-32k tokens (experiments/gpu/compare_layer.py), the forward alone further off.
 FLASH_BACKWARD_RELATIVE = 2.5
+#: FlashAttention-2's forward + backward rate on a GPU it has no path for (Hopper: the catalog's
+#: ``legacy_attention`` cap, FA2's published forward rate there, 35 % of H100 peak, Shah et al. 2024) over that
+#: cap. Measured on one H100 at Llama 3 8B's shape (32 query / 8 KV heads of 128, 8,192 causal tokens), PyTorch
+#: SDPA's flash backend ran 281.8 TFLOP/s forward + backward (forward alone 311.6, the backward 2.87x the
+#: forward; experiments/results/gpu/moe_attention_h100.csv): 281.8 / (0.35 x 989.4). The 2023 Triton kernel,
+#: not measured there, keeps the published forward cap over Dao's ratio (profile.triton_attention_relative).
+FLASH2_CAPPED_FWD_BWD_RELATIVE = 281.8 / (0.35 * 989.4)
 #: Peak 16-bit matmul FLOPs per exponential the special-function unit computes on H100 SXM: 989 TFLOP/s
 #: against 3.9 T exponentials/s (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, sec. 3.1).
 MATMUL_FLOPS_PER_EXP = 989.4 / 3.9
@@ -60,6 +67,19 @@ def standard_attention_time_s(batch, seq_q, seq_kv, hidden_local, heads_local, f
     flops = 4.0 * batch * seq_q * seq_kv * hidden_local
     score_bytes = 7.0 * BYTES_16BIT * batch * heads_local * seq_q * seq_kv
     return flops / flops_per_s + score_bytes / hbm_bytes_per_s
+
+
+#: HBM traffic of a layer's memory-bound ops in PyTorch eager mode over the fused count of
+#: :func:`elementwise_bytes_per_token`: one kernel per op (casts, norms in fp32, separate bias-gradient
+#: reductions, residual adds) instead of fused ones. Measured on one H100 (experiments/results/gpu/step_h100.csv
+#: vs step_compiled_h100.csv, the same GPT steps eager and with each block through torch.compile): eager
+#: steps took 19-21 ms more, 2.31-2.50x the model's fused elementwise time (tests/test_stack_physics.py recomputes it).
+EAGER_ELEMENTWISE_RELATIVE = 2.4
+
+
+def fusion_factor(fusion):
+    """Memory-bound traffic over the fused count: 1 fused, :data:`EAGER_ELEMENTWISE_RELATIVE` eager."""
+    return ops.where(fusion > 0, EAGER_ELEMENTWISE_RELATIVE, 1.0) if ops.any(fusion > 0) else 1.0
 
 
 def elementwise_bytes_per_token(hidden_replicated, ffn_local, gated_mlp):

@@ -28,6 +28,7 @@ from . import compute as kern
 from . import expansion as xp
 from . import flops as fl
 from . import moe
+from . import power as pw
 from . import memory as mem
 from . import schedules as sch
 from . import window as win
@@ -79,8 +80,11 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
 
 def _training(c, step):
     """:func:`.training.training_metrics` of the rows of ``c`` at ``step`` seconds per step."""
+    watts, limit = c["power_w"], c["power_limit_w"]
+    if not ops.all(ops.isnan(limit)):  # a power-limited GPU draws at most its limit
+        watts = np.fmin(watts, limit)
     return training_metrics(step, c["global_batch"] * c["seq_len"], c["gpus"] * c["price_usd_per_gpu_hour"],
-                            c["gpus"] * c["power_w"], c["tokens"], c["target_tokens"], c["critical_batch_tokens"])
+                            c["gpus"] * watts, c["tokens"], c["target_tokens"], c["critical_batch_tokens"])
 
 
 def _deferred_training(c, n: int, out: dict) -> None:
@@ -153,6 +157,9 @@ def kernel_rates(c: Mapping[str, object], p: Profile) -> KernelRates:
     comparisons in experiments/gpu)."""
     fp8, attn_kind = c["precision"], c["attention"]
     peak = c["peak_tflops"] * 1e12
+    limit = c.get("power_limit_w")
+    if limit is not None and not ops.all(ops.isnan(limit)):  # a power limit below the rated power lowers the clock
+        peak = peak * pw.clock_factor(limit, c["power_w"])
     eff8 = ops.where(ops.isnan(c["matmul_efficiency_fp8"]), c["matmul_efficiency"] * p.fp8_matmul_relative,
                      c["matmul_efficiency_fp8"])
     gemm_Fps = peak * (ops.where(fp8 > 0, eff8, c["matmul_efficiency"]) * p.matmul_scale)
@@ -163,8 +170,11 @@ def kernel_rates(c: Mapping[str, object], p: Profile) -> KernelRates:
     if ops.any(attn_kind >= 2):  # kernels written for an older architecture, capped at their measured rate (gpus.yaml)
         legacy = c["legacy_attention_efficiency"]
         legacy_Fps = ops.where(ops.isnan(legacy), attn_Fps, ops.minimum(attn_Fps, legacy * peak16))
+        # FlashAttention-2 itself: its measured forward + backward rate where the cap applies (compute.py)
+        flash2_Fps = ops.where(ops.isnan(legacy), attn_Fps,
+                               ops.minimum(attn_Fps, legacy * kern.FLASH2_CAPPED_FWD_BWD_RELATIVE * peak16))
         attn_Fps = ops.where(attn_kind == 2, legacy_Fps * p.triton_attention_relative,
-                             ops.where(attn_kind == 3, legacy_Fps, attn_Fps))
+                             ops.where(attn_kind == 3, flash2_Fps, attn_Fps))
     return KernelRates(gemm_Fps, gemm16_Fps, attn_Fps, c["hbm_tbps"] * 1e12 * p.hbm_efficiency)
 
 

@@ -15,6 +15,7 @@ from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
 from .memory import OP_SAC
 from .moe import expert_tp, extended_rows
+from .power import STATIC_POWER_SHARE
 from .schedules import DUALPIPE, INTERLEAVED, ONE_F_ONE_B, SCHEDULE_CODES, ZB_H1, ZB_V, ZB_V_CHUNKS
 
 _OFFLOAD_SETS = tuple(float(v) for v in sorted(set(OFFLOAD_CODES.values())))
@@ -107,6 +108,10 @@ RULES: tuple[Rule, ...] = (
     Rule("plan.dp_collective", lambda c: ops.isin(c["dp_collective"], _COLLECTIVES), "unknown collective algorithm code"),
     Rule("plan.burst", lambda c: (c["burst"] != 1.0) | (c["pp"] == 1),
          "burst parallelism varies the data-parallel width per block and needs pp = 1 (got pp {pp:.0f})"),
+    Rule("cluster.power_limit_w", lambda c: ops.isnan(c["power_limit_w"]) | (
+        c["power_limit_w"] > STATIC_POWER_SHARE * c["power_w"]),
+         f"power_limit_w ({{power_limit_w:g}} W) must exceed {STATIC_POWER_SHARE:.3f} x power_w ({{power_w:g}} W), "
+         "what the GPU draws before its clock (cosearch.model.power)"),
     Rule("cluster.oversubscription", lambda c: c["oversubscription"] >= 1.0,
          "oversubscription must be >= 1 (1 = full bisection), got {oversubscription:g}"),
     # pipeline schedules (cosearch.model.schedules); NaN = 1F1B, interleaved when interleave > 1

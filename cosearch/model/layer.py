@@ -78,7 +78,7 @@ def dense_layer(c, *, tok, s_loc, mb, tp, sp, rc, fp8, in_B, kv_loc, h_rep, gemm
         attn_b = ops.where(std_attn > 0, 2.0 * attn_std, kern.FLASH_BACKWARD_RELATIVE * attn_flash)
     else:  # the values the selections above give when no row runs unfused attention
         attn_f, attn_b = attn_flash, kern.FLASH_BACKWARD_RELATIVE * attn_flash
-    elem16 = tok * kern.elementwise_bytes_per_token(h_rep, f_loc, gated) / hbm_Bps
+    elem16 = tok * kern.elementwise_bytes_per_token(h_rep, f_loc, gated) / hbm_Bps * kern.fusion_factor(c["fusion"])
     cast_f = fp8 * tok * kern.fp8_cast_bytes_per_token(h, h_loc, f_loc) / hbm_Bps
     cast_b = fp8 * tok * kern.fp8_grad_cast_bytes_per_token(h, qkv_loc, fc1_loc) / hbm_Bps
     elem_f = elem16 + cast_f

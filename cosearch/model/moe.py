@@ -332,11 +332,12 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     permute = 4.0 * tok_r * k * h * load * kern.BYTES_16BIT / hbm_Bps
     moe_gemm_f = routed_f + router_f + (mlp_f(fs, fs_loc) if ops.any(fs > 0) else 0.0)
     act_e, act_s, act_d = act_fn_s(m_act, fe_loc), act_fn_s(tok, fs_loc), act_fn_s(tok, fd_loc)
-    moe_elem = norms + act_e + act_s + permute
+    eager = kern.fusion_factor(c["fusion"])  # PyTorch eager: one kernel per memory-bound op
+    moe_elem = (norms + act_e + act_s) * eager + permute
     # dense-MLP layers exist where a MoE model has leading dense layers or the model has no experts
     any_dense = ops.any(c["dense_layers"] > 0) or not ops.all(moe)
     dense_gemm_f = mlp_f(fd, fd_loc) if any_dense else 0.0
-    dense_elem = norms + act_d
+    dense_elem = (norms + act_d) * eager
     # fp8: Transformer Engine casts each GEMM input (read 2 B, write 1 + 1 B), forward and backward
     cast = fp8 * 4.0 * (tok * (2.0 * h + v_loc) + m_act * (h + fe_loc)) / hbm_Bps
 

@@ -1,0 +1,41 @@
+"""Tensor-core clock of a GPU run under a power limit below its rated board power.
+
+Large GEMMs hold an H100 SXM at its 700 W limit, so a lower limit (``nvidia-smi -pl``; Meta's Grand Teton
+H100s run at 500 W, torchtitan docs/performance.md) lowers the clock the matmul and attention rates scale
+with. Dynamic power goes as C V^2 f and voltage tracks frequency along the DVFS curve, so
+``P = P_static + (P_rated - P_static) (f / f_rated)^3`` (the cube law of CMOS dynamic power). Memory-bound
+kernels keep the HBM's own clock and are not scaled.
+"""
+from __future__ import annotations
+
+from . import _ops as ops
+
+#: Maximum achievable bf16 matmul rates and board powers of two Hopper parts with the same SM, each measured
+#: with a torch.matmul shape sweep (hardware catalog, gpus.yaml): H100 SXM 792 TFLOP/s at 700 W on 132 SMs
+#: (experiments/results/gpu/gemm_h100.csv; stas00/ml-engineering 794.5), H100 PCIe 496 TFLOP/s at 350 W on
+#: 114 SMs (zzc0721/torch-performance-test-data issue #95).
+_SXM_TFLOPS, _SXM_W, _SXM_SMS = 792.0, 700.0, 132
+_PCIE_TFLOPS, _PCIE_W, _PCIE_SMS = 496.0, 350.0, 114
+
+
+def _static_share() -> float:
+    """Share of the rated power that does not scale with the SM clock, solved from the two parts above under
+    the cube law with one static power for both: their per-SM rates give the clock ratio r, and
+    ``700 = P0 + 132 k``, ``350 = P0 + 114 k r^3`` give P0 (about 180 W of 700: HBM, I/O, leakage)."""
+    r = (_PCIE_TFLOPS / _PCIE_SMS) / (_SXM_TFLOPS / _SXM_SMS)
+    k = (_SXM_W - _PCIE_W) / (_SXM_SMS - _PCIE_SMS * r ** 3)  # watts per SM at the SXM clock
+    return (_SXM_W - _SXM_SMS * k) / _SXM_W
+
+
+#: P_static / P_rated (0.254), taken for every GPU: no other part has a public rate at two power limits.
+STATIC_POWER_SHARE = _static_share()
+
+
+def clock_factor(power_limit_w, rated_w):
+    """Sustained tensor-core clock at ``power_limit_w`` over the clock at the part's rated power ``rated_w``
+    (1 at or above it, and where no limit is given: NaN). A limit at or below the static power cannot run
+    the GPU; :mod:`.feasibility` refuses it, the factor here stays positive so the row still evaluates."""
+    static = STATIC_POWER_SHARE * rated_w
+    dynamic = ops.minimum((power_limit_w - static) / (rated_w - static), 1.0)
+    factor = ops.maximum(dynamic, 1e-6) ** (1.0 / 3.0)
+    return ops.where(ops.isnan(power_limit_w), 1.0, factor)
