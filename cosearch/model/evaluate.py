@@ -497,9 +497,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # core Q.K^T and A.V (selective with unfused attention; Korthikanti et al. 2022 count it in HFU)
     attn_core = L * span * fl.attention_flops_per_token(h, s) * tokens_step
     # (stopped early, a dense model's fc2 is not rerun; a MoE model's few leading dense layers are not subtracted)
-    fc2_skipped = early_dense * L * 2.0 * h * f * tokens_step
+    fc2_skipped = early_dense * L * 2.0 * h * f * tokens_step if ops.any(early_dense > 0) else 0.0
     # (op: torchtitan's per-op SAC reruns wk, wo and w3 -- w2 in a GeLU MLP -- of every layer, layer.op_sac_recompute_s)
-    op_sac = L * 2.0 * h * (kvh * h / a + h + f) * tokens_step
+    op_sac = L * 2.0 * h * (kvh * h / a + h + f) * tokens_step if ops.any(rc == mem.OP_SAC) else 0.0
     recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - (1.0 + mtp) * 2.0 * h * V * tokens_step - fc2_skipped,
                                    ops.where(rc > 1, op_sac, ops.where((rc >= 1) & std_attn, attn_core, 0.0)))
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12

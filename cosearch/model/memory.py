@@ -108,9 +108,11 @@ def layer_activation_bytes(seq_local, seq_full, micro, hidden, heads, kv_width, 
     selective_saving = ops.where(standard, scores, (2.0 - fp8) * sbf / tp)
     selective = none - selective_saving
     full = 2.0 * sbh / rep_div
-    op = 2.0 * seq_local * micro * op_sac_saved_values(hidden, kv_width, ffn, gated, tp, rep_div)
-    kept = ops.where(recompute >= 2, full, ops.where(recompute > 1, op, ops.where(recompute >= 1, selective, none)))
-    return kept, none
+    partial = ops.where(recompute >= 1, selective, none)
+    if ops.any(recompute == OP_SAC):  # only where some row runs torchtitan's per-op SAC
+        op = 2.0 * seq_local * micro * op_sac_saved_values(hidden, kv_width, ffn, gated, tp, rep_div)
+        partial = ops.where(recompute > 1, op, partial)
+    return ops.where(recompute >= 2, full, partial), none
 
 
 def op_sac_saved_values(hidden, kv_width, ffn, gated, tp, rep_div):
