@@ -115,3 +115,15 @@ def test_flash2_on_hopper_runs_at_the_measured_rate():
     a100 = kernel_rates(scalar_columns(scenario_columns(parse_scenario(sc))), DEFAULT_PROFILE)
     sc["training"]["attention"] = "flash"
     assert a100.attn_Fps == kernel_rates(scalar_columns(scenario_columns(parse_scenario(sc))), DEFAULT_PROFILE).attn_Fps
+
+
+def test_power_limit_caps_the_energy_of_an_inventory_too():
+    # 8 H100 (700 W) + 8 A100 (400 W) under a 400 W limit: the H100s draw 400 W, the A100s their rated 400 W
+    base = {"model": "llama3-8b", "training": {"global_batch": 64, "tokens": 1e9},
+            "cluster": {"inventory": {"h100-sxm": 8, "a100-80gb": 8}}, "plan": {"pp": 2, "microbatch": 1}}
+    capped = copy.deepcopy(base)
+    capped["cluster"]["power_limit_w"] = 400
+    free, lim = cosearch.estimate(base), cosearch.estimate(capped)
+    mean_power = [e["energy_to_train_mwh"] / e["time_to_train_days"] for e in (free, lim)]
+    assert mean_power[1] / mean_power[0] == pytest.approx((8 * 400 + 8 * 400) / (8 * 700 + 8 * 400), rel=1e-12)
+    assert lim["step_time_s"] >= free["step_time_s"]

@@ -80,9 +80,7 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
 
 def _training(c, step):
     """:func:`.training.training_metrics` of the rows of ``c`` at ``step`` seconds per step."""
-    watts, limit = c["power_w"], c["power_limit_w"]
-    if not ops.all(ops.isnan(limit)):  # a power-limited GPU draws at most its limit
-        watts = np.fmin(watts, limit)
+    watts = pw.drawn_w(c["power_w"], c["power_limit_w"])  # a power-limited GPU draws at most its limit
     return training_metrics(step, c["global_batch"] * c["seq_len"], c["gpus"] * c["price_usd_per_gpu_hour"],
                             c["gpus"] * watts, c["tokens"], c["target_tokens"], c["critical_batch_tokens"])
 

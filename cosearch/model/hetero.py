@@ -33,6 +33,7 @@ from . import memory as mem
 from .columns import EFFICIENCY_COLUMNS, INPUT_COLUMNS
 from .evaluate import BREAKDOWN_KEYS, evaluate, evaluate_parts
 from .pipeline import bubble_slots
+from .power import drawn_w
 from .profile import DEFAULT_PROFILE, Profile
 from .split import balanced_split
 from .schedules import SCHEDULE_CODES
@@ -259,7 +260,7 @@ def _metrics(sh, r, hws, use, red_total=None):
     hw_ratio = r["parts"][0]["hardware_flops"] / r["parts"][0]["model_flops"]
     peak_sum = sum(u * hw["peak_tflops"] for u, hw in zip(use, hws)) * 1e12
     usd_h = sum(u * hw["price_usd_per_gpu_hour"] for u, hw in zip(use, hws))
-    watts = sum(u * hw["power_w"] for u, hw in zip(use, hws))
+    watts = sum(u * drawn_w(hw["power_w"], sh.get("power_limit_w")) for u, hw in zip(use, hws))
     run = training_metrics(step, tokens_step, usd_h, watts, sh["tokens"], sh["target_tokens"], sh["critical_batch_tokens"])
     fits = np.all(r["fitk"], axis=0)
     mt = flops / (step * gpus) / 1e12

@@ -39,3 +39,10 @@ def clock_factor(power_limit_w, rated_w):
     dynamic = ops.minimum((power_limit_w - static) / (rated_w - static), 1.0)
     factor = ops.maximum(dynamic, 1e-6) ** (1.0 / 3.0)
     return ops.where(ops.isnan(power_limit_w), 1.0, factor)
+
+
+def drawn_w(power_w, power_limit_w):
+    """Board power a GPU draws for the energy count: its rated ``power_w``, at most its limit (NaN or None: none)."""
+    if power_limit_w is None or ops.all(ops.isnan(power_limit_w)):
+        return power_w
+    return ops.where(power_limit_w < power_w, power_limit_w, power_w)
