@@ -42,10 +42,10 @@ REASONS = {
     **dict.fromkeys((11, 12, 13, 14, 15, 16), "DeepSpeed ZeRO-3 (2021), TP=PP=1: measured as if its parameter "
                     "gathers ran at about one NIC per GPU; the model assumes NCCL rings spread over the node's 8 NICs. "
                     "DeepSpeed then gathered each parameter with its own synchronous all-gather (DeepSpeed issues "
-                    "#1069, #1174; coalesced by PR #1188, 2021-06): charging a ring's N-1 latency steps per gathered "
-                    "tensor gives -52..-16 % with the 4 weight matrices of a layer (biases and norms stay resident "
-                    "under stage3_param_persistence_threshold), -21..+11 % only if all 12 tensors were gathered: "
-                    "not adopted"),
+                    "#1069, #1174; coalesced by PR #1188, 2021-06): charging a ring's latency steps (NCCL's, N-n on "
+                    "NVLink and n-1 across nodes) per gathered tensor gives -60..-19 % with the 4 weight matrices of a "
+                    "layer (biases and norms stay resident under stage3_param_persistence_threshold), -45..-13 % even "
+                    "if all 12 tensors were gathered: not adopted"),
     233: "MPT-30B at 8k tokens, micro-batch 1 on 8 H100: the Triton kernel is capped at FlashAttention-2's Hopper "
          "rate (35 % of peak, Shah et al. 2024) / 1.8, which brings the 16k-64k rows within 4 %; this row stays 22 % "
          "fast (the 30B model's 21 micro-batches of one sequence each: per-micro-batch FSDP costs under-charged?)",

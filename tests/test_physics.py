@@ -84,6 +84,23 @@ def test_ring_all_reduce_time_hand_computed():
     assert comm.all_gather_s(1e9, 4, 100e9, 0.0) == pytest.approx(7.5e-3)
 
 
+def test_default_ring_all_gather_latency_counts_intra_node_steps_at_nvlink_latency():
+    # NCCL's tuning model (src/graph/tuning.cc): a ring all-gather over N ranks in n nodes takes N-1
+    # steps, n-1 of them across the network; the N-n others stay on NVLink. 512 ranks at stride 1 in
+    # 8-GPU domains (n = 64), 1 GB gathered, 50 GB/s NICs (8 per node: 400 GB/s < NVLink's 450 GB/s),
+    # latencies 4 us (NVLink) and 10 us (network), 3 separate calls (one per layer):
+    from cosearch.model import collectives as coll
+
+    f = coll.Fabric(450e9, 50e9, 4e-6, 10e-6, 8.0)
+    want = 511 / 512 * 1e9 / 400e9 + 3 * (448 * 4e-6 + 63 * 10e-6)
+    assert coll.legacy_time_s("all_gather", 1e9, 512.0, 1.0, f, calls=3.0) == pytest.approx(want)
+    # one rank per node (stride 8): every step crosses the network, at one NIC's rate
+    want = 63 / 64 * 1e9 / 50e9 + 63 * 10e-6
+    assert coll.legacy_time_s("all_gather", 1e9, 64.0, 8.0, f) == pytest.approx(want)
+    # inside one domain: all steps on NVLink
+    assert coll.legacy_time_s("all_gather", 1e9, 8.0, 1.0, f) == pytest.approx(7 / 8 * 1e9 / 450e9 + 7 * 4e-6)
+
+
 def test_link_selection_nvlink_inside_node_network_across():
     nvl, net = 300e9, 25e9
     assert comm.group_bandwidth_Bps(8, 1, 8, nvl, net) == nvl            # TP=8 inside a DGX

@@ -31,8 +31,8 @@ direct (two-shot: reduce-scatter then all-gather, every rank exchanging with all
   AG    max((N-g)/N * M/nic_a2a, (g-1)/N * M/nvl) +  [a + (N-g) post]      a = a_nvl inside, a_net across
 auto: the fastest of the four for each configuration.
 nccl (code 0, the default): the model's original envelope, ring bandwidth with
-      min(ring, tree) latency steps (:mod:`cosearch.model.communication`), kept so that existing
-      calibrations do not move.
+      min(ring, tree) latency steps for an all-reduce (:mod:`cosearch.model.communication`) and the
+      ring's (N-n) a_nvl + (n-1) a_net for an all-gather / reduce-scatter.
 """
 from __future__ import annotations
 
@@ -125,11 +125,15 @@ def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0
 
 
 def legacy_time_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0):
-    """The original model (code ``nccl``): ring bandwidth, min(ring, tree) latency steps."""
+    """The original model (code ``nccl``): ring bandwidth; an all-reduce takes min(ring, tree) latency
+    steps, an all-gather / reduce-scatter (ring only in NCCL) N-1 steps of which only the n-1 between
+    domains pay the network latency, the N-n others NVLink's (NCCL tuning.cc, ``nInterSteps``)."""
     bw, lat = fabric.link(size, stride)
     if op == "all_reduce":
         return comm.all_reduce_s(message_bytes, size, bw, lat * calls)
-    return comm.all_gather_s(message_bytes, size, bw, lat * calls)
+    n = _shape(size, stride, fabric.domain)[2]
+    steps_s = ops.maximum((size - n) * fabric.nvl_lat_s + (n - 1.0) * fabric.net_lat_s, 0.0)
+    return comm.all_gather_s(message_bytes, size, bw, 0.0) + calls * steps_s
 
 
 def collective_s(op, algorithm, message_bytes, size, stride, fabric: Fabric, calls=1.0, legacy=None):

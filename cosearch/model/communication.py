@@ -59,7 +59,8 @@ def all_reduce_s(message_bytes, size, bw_Bps, latency_s):
 
 def all_gather_s(message_bytes, size, bw_Bps, latency_s):
     """All-gather (or reduce-scatter) whose full, gathered buffer is ``message_bytes``. NCCL runs these
-    as rings only (its trees serve all-reduce), so the latency is N-1 steps (NCCL tuning.cc)."""
+    as rings only (its trees serve all-reduce), so the latency is N-1 steps (NCCL tuning.cc); a ring
+    that crosses domains pays the network latency on n-1 of them (:func:`.collectives.legacy_time_s`)."""
     frac = (size - 1.0) / ops.maximum(size, 1.0)
     return frac * message_bytes / bw_Bps + ops.maximum(size - 1.0, 0.0) * latency_s
 
