@@ -89,6 +89,14 @@ def recompute_stops_early(framework: str) -> bool:
     return "torchtitan" in f or any(k in f for k in ("jax", "maxtext", "paxml", "pax ", "levanter"))
 
 
+def stack_training_facts(sharding: str, framework: str, legacy: bool = False) -> dict[str, Any]:
+    """The training fields a row's stack fixes, for dense and MoE rows alike: the attention kernel
+    (:func:`attention_kernel`), the optimizer states' precision (:func:`optimizer_states`) and eager or fused
+    elementwise kernels (:func:`fusion_of`)."""
+    return {"attention": attention_kernel(framework, legacy), "optimizer_states": optimizer_states(sharding, framework),
+            "fusion": fusion_of(framework)}
+
+
 def stack_plan_facts(sharding: str, framework: str, zero: int) -> dict[str, Any]:
     """The plan fields a row's stack fixes, for dense and MoE rows alike: ``fsdp_overlap`` 1 for a prefetching
     ZeRO-3 (:func:`prefetching_fsdp`), ``recompute_early_stop`` where a full recompute stops early

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, attention_kernel, causal_flops_count, fusion_of, gpu_id,  # noqa: F401
                      hybrid_shard_group, legacy_megatron, megatron_core_stack, optimizer_states, precision_of,
-                     stack_plan_facts, zero_stage)
+                     stack_plan_facts, stack_training_facts, zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
 from .hardware import peak_tflops
@@ -188,7 +188,6 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     gated, tied = _architecture(str(row.model))
     # unfused attention in Megatron-LM before 2023; llm-foundry's 2023 runs used the Triton flash-attention kernel (ALiBi)
     legacy = legacy_megatron(row.source_id, row.get("source"), framework)
-    attention = attention_kernel(framework, legacy)
     # GPT-3-style recipes (Megatron-LM, NeMo's GPT-3 configs) keep dropout 0.1; Llama, Nemotron and MPT train without
     dropout = era_megatron or "gpt" in str(row.model).lower() and "mpt" not in str(row.model).lower()
     # hybrid sharding: the stated group, else one node (PyTorch HSDP's usual intra-node shard group)
@@ -215,9 +214,8 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     for mb, v, rc in itertools.product(mbs, vpps, recomputes):
         out.append({
             "model": model,
-            "training": {"global_batch": int(row.global_batch_size), "precision": precision,
-                         "attention": attention, "dropout": dropout,
-                         "optimizer_states": optimizer_states(sharding, framework), "fusion": fusion_of(framework)},
+            "training": {"global_batch": int(row.global_batch_size), "precision": precision, "dropout": dropout,
+                         **stack_training_facts(sharding, framework, legacy)},
             "cluster": cluster,
             "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
                      "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import (_num, _recompute, _stated, attention_kernel, fusion_of, gpu_id, megatron_core_stack, optimizer_states,
-                     precision_of, recomputes_mla_up_proj, stack_plan_facts, zero_stage)
+from ._cells import (_num, _recompute, _stated, gpu_id, megatron_core_stack, precision_of, recomputes_mla_up_proj,
+                     stack_plan_facts, stack_training_facts, zero_stage)
 from .presets import preset
 
 #: The MoE published-runs CSV (a clone or editable install; not shipped in a wheel).
@@ -198,8 +198,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     if isinstance(sched, str) and sched:
         plan_fixed["schedule"] = sched
     training = {"global_batch": _int(get("global_batch_size")), "precision": "fp8" if fp8 else "bf16",
-                "optimizer_states": optimizer_states(sharding, framework), "fusion": fusion_of(framework),
-                "attention": attention_kernel(framework, False),
+                **stack_training_facts(sharding, framework),
                 "moe_load_imbalance": 1.0 if "force-balanced" in routing and "not force" not in routing else None}
     if training["moe_load_imbalance"] is None:
         del training["moe_load_imbalance"]

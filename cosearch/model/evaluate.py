@@ -37,7 +37,7 @@ from .feasibility import valid_mask
 from .pipeline import bubble_slots, num_microbatches
 from .profile import DEFAULT_PROFILE, Profile
 from .training import SECONDS_PER_DAY, training_metrics  # noqa: F401 - SECONDS_PER_DAY re-exported
-from .layer import dense_layer, gemm_forward_s
+from .layer import dense_layer, gemm_forward_s, op_sac_rerun_matmuls
 from .moe_params import head_widths
 
 #: Bytes per logit element held for the loss on the last stage: the 16-bit logits and the fp32
@@ -496,8 +496,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     attn_core = L * span * fl.attention_flops_per_token(h, s) * tokens_step
     # (stopped early, a dense model's fc2 is not rerun; a MoE model's few leading dense layers are not subtracted)
     fc2_skipped = early_dense * L * 2.0 * h * f * tokens_step if ops.any(early_dense > 0) else 0.0
-    # (op: torchtitan's per-op SAC reruns wk, wo and w3 -- w2 in a GeLU MLP -- of every layer, layer.op_sac_recompute_s)
-    op_sac = L * 2.0 * h * (kvh * h / a + h + f) * tokens_step if ops.any(rc == mem.OP_SAC) else 0.0
+    # (op: torchtitan's per-op SAC reruns wk, wo and w3 -- w2 in a GeLU MLP -- of every layer)
+    op_sac = (L * sum(2.0 * n * k for n, k in op_sac_rerun_matmuls(h, h, f, kvh * h / a, gated)) * tokens_step
+              if ops.any(rc == mem.OP_SAC) else 0.0)
     recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - (1.0 + mtp) * 2.0 * h * V * tokens_step - fc2_skipped,
                                    ops.where(rc > 1, op_sac, ops.where((rc >= 1) & std_attn, attn_core, 0.0)))
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12

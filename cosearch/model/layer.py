@@ -45,14 +45,19 @@ def _gemm_forward_parts_s(tok, h, f, gated, tp, kv_loc, gemm_Fps, hbm_Bps, t0, i
     return g_qkv + g_proj + g_fc1, g_fc2
 
 
+def op_sac_rerun_matmuls(h, h_loc, f_loc, kv_loc, gated):
+    """(n, k) of each matmul torchtitan's per-op SAC reruns: every second ``aten.mm`` of a block in call order
+    wq, wk, wv, wo, w1, w3, w2 -- wk, wo and w3 (a GeLU MLP: wk, wo, w2)
+    (``parallelize_llama._apply_ac_to_transformer_block``, torchtitan 2024-25). Global widths give the model's
+    FLOPs, a TP rank's widths its times."""
+    return ((kv_loc, h), (h, h_loc), (ops.where(gated > 0, f_loc, h), ops.where(gated > 0, h, f_loc)))
+
+
 def op_sac_recompute_s(tok, h, h_loc, f_loc, kv_loc, gated, gemm_Fps, hbm_Bps, t0, in_B):
-    """Forward time of the matmuls torchtitan's per-op SAC reruns: every second ``aten.mm`` of a block in call
-    order wq, wk, wv, wo, w1, w3, w2 -- wk, wo and w3 (a GeLU MLP: wk, wo, w2); the elementwise ops are
-    added by the caller (``parallelize_llama._apply_ac_to_transformer_block``, torchtitan 2024-25)."""
-    wk = kern.gemm_time_s(tok, kv_loc, h, gemm_Fps, hbm_Bps, t0, in_B)
-    wo = kern.gemm_time_s(tok, h, h_loc, gemm_Fps, hbm_Bps, t0, in_B)
-    third = ops.where(gated > 0, kern.gemm_time_s(tok, f_loc, h, gemm_Fps, hbm_Bps, t0, in_B),
-                      kern.gemm_time_s(tok, h, f_loc, gemm_Fps, hbm_Bps, t0, in_B))
+    """Forward time of the matmuls per-op SAC reruns (:func:`op_sac_rerun_matmuls`); the elementwise ops are
+    added by the caller."""
+    wk, wo, third = (kern.gemm_time_s(tok, n, k, gemm_Fps, hbm_Bps, t0, in_B)
+                     for n, k in op_sac_rerun_matmuls(h, h_loc, f_loc, kv_loc, gated))
     return wk + wo + third
 
 
