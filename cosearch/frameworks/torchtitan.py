@@ -70,6 +70,9 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
         raise refuse("training.dropout", "torchtitan's models train without dropout")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: no torchtitan offload setting is mapped; use 'none'")
+    if pl.tp_comm_overlap and pl.tp > 1 and t.fusion == "eager":  # the plan would be estimated with an overlap it never gets
+        raise refuse("plan.tp_comm_overlap", "torchtitan's async TP (enable_async_tensor_parallel) runs only under "
+                     "torch.compile; with training.fusion: eager use false, or set fusion: fused")
     schedule = _SCHEDULES.get(schedule_name(pl.schedule, pl.interleave)) if pl.pp > 1 else None
     if pl.pp > 1 and schedule is None:
         raise refuse("plan.schedule", {
@@ -211,6 +214,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     plan = {"tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave, "recompute": mode,
             "schedule": "zb-v" if pp > 1 and sched_in == "zb-v" else None,
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
-            "tp_comm_overlap": bool(par.get("enable_async_tensor_parallel", False)),
+            # async TP is micro-pipelined by the compiler: without compile the flag has no effect
+            "tp_comm_overlap": bool(par.get("enable_async_tensor_parallel", False)) and training["fusion"] == "fused",
             "recompute_early_stop": mode == "full"}
     return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})
