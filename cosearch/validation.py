@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import (_num, _recompute, _stated, attention_kernel, causal_flops_count, fusion_of, gpu_id,  # noqa: F401
-                     hybrid_shard_group, legacy_megatron, megatron_core_stack, optimizer_states, precision_of,
-                     stack_plan_facts, stack_training_facts, zero_stage)
+from ._cells import (_num, _recompute, _stated, causal_flops_count, gpu_id, hybrid_shard_group, legacy_megatron,
+                     megatron_core_stack, precision_of, stack_plan_facts, stack_training_facts, zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
 from .hardware import peak_tflops

@@ -517,7 +517,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         "hardware_tflops_per_gpu": hw_tflops_per_gpu,
         # against the dense peak of the plan's precision (fp8 peak for fp8 plans, as NVIDIA's recipes
         # report it), so it never exceeds 1
-        "mfu": model_tflops_per_gpu * 1e12 / (c["peak_tflops"] * 1e12),
+        "mfu": model_tflops_per_gpu / c["peak_tflops"],  # the rated peak, also under a power limit
         "memory_gib": memory_bytes / mem.GIB,
         "usable_memory_gib": usable / mem.GIB,
         "cost_usd_per_step": run["cost_usd_per_step"],
