@@ -52,7 +52,7 @@ PROBES: tuple[tuple[str, dict[str, Any]], ...] = (
         "cluster": {"gpu": "gb200", "gpus": 64},
         "plan": {"tp": 2, "pp": 1, "ep": 8, "sequence_parallel": True, "zero": 1}}),
     # the stated-stack branches: FlashAttention-2's rate, eager memory-bound ops, a power limit, per-op SAC,
-    # prefetching FSDP, and a full recompute stopped early under async TP
+    # prefetching FSDP, and a full recompute stopped early under async TP (forward collectives hidden only)
     ("llama3-8b h100 500 W eager op-sac", {
         "model": "llama3-8b", "training": {"global_batch": 64, "precision": "bf16", "attention": "flash2",
                                            "fusion": "eager"},
@@ -62,7 +62,7 @@ PROBES: tuple[tuple[str, dict[str, Any]], ...] = (
         "model": "llama3-8b", "training": {"global_batch": 64, "precision": "fp8", "attention": "flash2"},
         "cluster": {"gpu": "h200", "gpus": 16},
         "plan": {"tp": 2, "zero": 3, "microbatch": 2, "recompute": "full", "recompute_early_stop": True,
-                 "sequence_parallel": True, "tp_comm_overlap": True}}),
+                 "sequence_parallel": True, "tp_comm_overlap": True, "tp_overlap_passes": "forward"}}),
 )
 
 #: Outputs digested (the prediction band's ends are left out: experiments/prediction_interval.py writes

@@ -209,6 +209,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     # unstated recompute is tuned like any unstated knob; Megatron-LM's 2019-2021 examples always checkpointed
     recomputes = ([_recompute(stated_rc, row.source_id)] if stated_rc or row.source_id in {"S4", "S5"}
                   else ["none", "selective", "full"])
+    async_tp = any(k in framework for k in ("async tp", "async_tp", "async-tp"))
     out = []
     for mb, v, rc in itertools.product(mbs, vpps, recomputes):
         out.append({
@@ -218,10 +219,10 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
             "cluster": cluster,
             "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
                      "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,
-                     # torchtitan's async TP (``--parallelism.enable_async_tensor_parallel``) overlaps the same way
-                     "tp_comm_overlap": bool(tp > 1 and ((megatron_core and gpu.startswith("h100"))
-                                                         or "async tp" in framework or "async_tp" in framework
-                                                         or "async-tp" in framework)),
+                     # torchtitan's async TP (``--parallelism.enable_async_tensor_parallel``) overlaps too, in
+                     # the forward pass only (plan.tp_overlap_passes)
+                     "tp_comm_overlap": bool(tp > 1 and ((megatron_core and gpu.startswith("h100")) or async_tp)),
+                     **({"tp_overlap_passes": "forward"} if tp > 1 and async_tp and not megatron_core else {}),
                      # Megatron-LM before 2023 all-reduced gradients after the backward pass (overlap_grad_reduce
                      # came with Megatron-Core's DDP)
                      "overlap_grad_reduce": not (legacy and zero == 0 and "deepspeed" not in framework),

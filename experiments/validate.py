@@ -186,17 +186,18 @@ HELD_OUT_REASONS = {
     **dict.fromkeys((511, 512, 513, 518, 519, 520, 521, 531, 533), "Grand Teton H100 at its stated 500 W power "
                     "limit (cluster.power_limit_w: tensor-core clock x0.85 by the cube law, cosearch.model.power) and "
                     "FA2's measured Hopper rate: -3..-16 %; the same stack on 700 W H200 (rows 541-542) is -10/-12 %"),
-    **dict.fromkeys((522, 532, 534, 536, 538), "async TP: the model hides 75 % of the TP collectives as Megatron's "
-                    "userbuffers do, 18-24 % faster than vanilla TP on these plans; torchtitan measured 5-16 %, so these "
-                    "rows are 6-12 points further off than their vanilla-TP twins"),
+    **dict.fromkeys((522, 532, 534, 536, 538), "async TP (plan.tp_overlap_passes: forward): PyTorch's async TP hides "
+                    "the forward pass's TP collectives only ('up to ~29 % forward pass speedup and ~8 % E2E', Llama 3 "
+                    "7B/70B, PyTorch dev-discuss 2024), so the model prices these plans 5-17 % faster than vanilla TP, "
+                    "torchtitan measured 6-16 %; the rows sit as far off as their vanilla-TP twins"),
     **dict.fromkeys((535, 537), "Llama 3 8B on TP 8 x FSDP 8 (vanilla TP, per-op SAC): -22 %: an 8B model split "
                     "eight ways runs 512-wide per-rank GEMMs and DTensor's sequence-parallel collectives, slower than "
                     "the model's GEMM and NCCL rates; and the 500 W limit as above"),
     **dict.fromkeys((523, 524), "405B on PP 8 x TP 8 x FSDP 8 with torch.distributed.pipelining: micro-batches and "
-                    "stages per rank unstated (the model tunes them), -32/-35 %; the pipeline runtime's per-micro-batch "
+                    "stages per rank unstated (the model tunes them), -27/-31 %; the pipeline runtime's per-micro-batch "
                     "costs are not in the model"),
     **dict.fromkeys((514, 515, 516, 517, 525, 526, 527, 528), "CP with PyTorch's ring attention over SDPA: 8B -7 % at "
-                    "32k, +2 % at 64k, then -23 % and -25 % at 131k and 262k; 405B -6 % to -26 %: the ring's per-chunk "
+                    "32k, +2 % at 64k, then -23 % and -25 % at 131k and 262k; 405B -1 % to -25 %: the ring's per-chunk "
                     "SDPA calls and merges at long sequences run slower than FA2's measured rate"),
 }
 

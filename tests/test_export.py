@@ -189,8 +189,12 @@ def test_deepspeed_json_keys_documented_and_batch_arithmetic(plan):
     ("torchtitan", scenario(tp=8, zero=3), "plan.sequence_parallel"),
     ("torchtitan", scenario(training={"precision": "fp16"}, zero=3), "training.precision"),
     # async TP needs torch.compile: an eager plan would be estimated with an overlap torchtitan never runs
-    ("torchtitan", scenario(training={"fusion": "eager"}, tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True),
-     "plan.tp_comm_overlap"),
+    ("torchtitan", scenario(training={"fusion": "eager"}, tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True,
+                            tp_overlap_passes="forward"), "plan.tp_comm_overlap"),
+    # async TP hides the forward's collectives only; TE userbuffers (Megatron-Core, NeMo) every pass's
+    ("torchtitan", scenario(tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True), "plan.tp_overlap_passes"),
+    ("megatron", scenario(tp=8, sequence_parallel=True, tp_comm_overlap=True, tp_overlap_passes="forward"),
+     "plan.tp_overlap_passes"),
     # full recompute must say how it ends: Megatron/NeMo/DeepSpeed rerun the whole layer, torchtitan stops early
     ("torchtitan", scenario(zero=3, recompute="full"), "plan.recompute_early_stop"),
     # per-op SAC (op) is torchtitan's; Megatron's selective (attention core) is not
@@ -250,15 +254,17 @@ def test_torchtitan_compile_is_the_fusion():
 def test_torchtitan_async_tp_without_compile_reads_as_no_overlap():
     import tomllib
 
-    sc = scenario(tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True, microbatch=1, recompute="op")
+    sc = scenario(tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True, tp_overlap_passes="forward",
+                  microbatch=1, recompute="op")
     doc = tomllib.loads(export(sc, "torchtitan"))
     assert doc["parallelism"]["enable_async_tensor_parallel"] is True and doc["training"]["compile"] is True
     cluster = sc.cluster.model_dump(exclude_none=True)
-    assert torchtitan.parse_toml(export(sc, "torchtitan"), dict(LLAMA_70B), cluster).plan.tp_comm_overlap
+    back = torchtitan.parse_toml(export(sc, "torchtitan"), dict(LLAMA_70B), cluster)
+    assert back.plan.tp_comm_overlap and back.plan.tp_overlap_passes == "forward"
     # the same job with compile switched off: torchtitan ignores the async-TP flag, so the plan has no overlap
     eager = export(sc, "torchtitan").replace("compile = true", "compile = false")
     back = torchtitan.parse_toml(eager, dict(LLAMA_70B), cluster)
-    assert back.training.fusion == "eager" and back.plan.tp_comm_overlap is False
+    assert back.training.fusion == "eager" and back.plan.tp_comm_overlap is False and back.plan.tp_overlap_passes == "all"
 
 
 # ------------------------------------------------------------------------------------------- CLI

@@ -68,6 +68,22 @@ def test_tp_comm_overlap_hides_tensor_parallel_traffic():
     assert overlapped["step_time_s"] < plain["step_time_s"]
 
 
+def test_async_tp_hides_only_the_forward_collectives():
+    # per layer and micro-batch: 2 reductions in the forward, 2 in the backward (+ 2 rerun under full recompute);
+    # userbuffers hide 75 % (profile.tp_overlap) of each, PyTorch's async TP only of the forward's
+    for rc, rerun in (("none", 0), ("full", 2)):
+        plain = cosearch.estimate(_scenario(recompute=rc))["breakdown_s"]["tp_comm"]
+        every = cosearch.estimate(_scenario(recompute=rc, tp_comm_overlap=True))["breakdown_s"]["tp_comm"]
+        fwd = cosearch.estimate(_scenario(recompute=rc, tp_comm_overlap=True,
+                                          tp_overlap_passes="forward"))["breakdown_s"]["tp_comm"]
+        total = 4 + rerun
+        assert every == pytest.approx(plain * 0.25)
+        assert fwd == pytest.approx(plain * (2 * 0.25 + 2 + rerun) / total)
+    # without tp_comm_overlap the scope changes nothing
+    assert cosearch.estimate(_scenario(tp_overlap_passes="forward"))["step_time_s"] == pytest.approx(
+        cosearch.estimate(_scenario())["step_time_s"])
+
+
 def test_hardware_flops_count_selectively_recomputed_attention():
     # under selective recompute the attention core Q.K^T and A.V runs twice: hardware FLOPs exceed model
     # FLOPs by its forward, 4*s*h per token and layer (Korthikanti et al. 2022 report HFU above MFU)

@@ -14,6 +14,11 @@ def refuse(field: str, reason: str) -> CosearchError:
 OPTIMIZER_STATES = {"Megatron-LM": ("fp32", "bf16_moments")}  # Megatron-Core's precision-aware optimizer
 
 
+#: ``plan.tp_overlap_passes`` of each framework's tensor-parallel overlap (others: Transformer Engine userbuffers,
+#: every pass): PyTorch's async TP hides the forward's collectives only (scenario.PlanSpec.tp_overlap_passes).
+TP_OVERLAP_PASSES = {"torchtitan": "forward"}
+
+
 def layout(sc: Scenario, framework: str) -> dict[str, int]:
     """dp, gradient-accumulation steps and nodes of a plan that a launcher can run as written.
 
@@ -45,6 +50,11 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
             "checkpoint; torch.compile recomputes only what the backward reads); set it true to export") if stops_early
             else (f"{framework}'s full recompute reruns the whole layer (its own reentrant checkpoint function); "
                   "set it false to export, or use --format torchtitan"))
+    passes = TP_OVERLAP_PASSES.get(framework, "all")
+    if pl.tp_comm_overlap and pl.tp > 1 and pl.tp_overlap_passes != passes:
+        raise refuse("plan.tp_overlap_passes", f"{pl.tp_overlap_passes}: {framework}'s tensor-parallel overlap hides "
+                     f"the collectives of {'the forward pass only' if passes == 'forward' else 'every pass'}; set "
+                     f"{passes} to export")
     allowed = OPTIMIZER_STATES.get(framework, ("fp32",))
     if sc.training.optimizer_states not in allowed:
         raise refuse("training.optimizer_states", f"{sc.training.optimizer_states}: no {framework} setting is mapped "

@@ -3,7 +3,8 @@
 Follows **torchtitan v0.1.0** ``torchtitan/config/job_config.py``:
 ``[parallelism]`` ``data_parallel_replicate_degree``, ``data_parallel_shard_degree``,
 ``fsdp_reshard_after_forward`` (``"default"``/``"never"``), ``tensor_parallel_degree``,
-``enable_async_tensor_parallel``, ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``
+``enable_async_tensor_parallel`` (plan.tp_comm_overlap with tp_overlap_passes forward: async TP hides
+the forward's collectives only), ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``
 (``1F1B`` / ``Interleaved1F1B`` / ``ZBVZeroBubble`` for plan.schedule zb-v; the names of PyTorch's
 ``torch.distributed.pipelining.schedules.get_schedule_class``: 1F1B, Interleaved1F1B, GPipe,
 LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel_layers_per_stage``,
@@ -211,10 +212,12 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     if "steps" in tr:
         training["tokens"] = float(int(tr["steps"]) * gb * m["seq_len"])
     sched_in = {v: k for k, v in _SCHEDULES.items()}.get(str(par.get("pipeline_parallel_schedule", "1F1B")))
+    # async TP is micro-pipelined by the compiler: without compile the flag has no effect
+    overlap = bool(par.get("enable_async_tensor_parallel", False)) and training["fusion"] == "fused"
     plan = {"tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave, "recompute": mode,
             "schedule": "zb-v" if pp > 1 and sched_in == "zb-v" else None,
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
-            # async TP is micro-pipelined by the compiler: without compile the flag has no effect
-            "tp_comm_overlap": bool(par.get("enable_async_tensor_parallel", False)) and training["fusion"] == "fused",
+            "tp_comm_overlap": overlap,
+            "tp_overlap_passes": "forward" if overlap else "all",  # async TP hides the forward's collectives only
             "recompute_early_stop": mode == "full"}
     return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})

@@ -27,6 +27,9 @@ ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2, "flash2": 3}
 #: fused: memory-bound ops fused into few kernels (Transformer Engine / Megatron, torch.compile, XLA); eager:
 #: PyTorch eager mode, one kernel per op (compute.EAGER_ELEMENTWISE_RELATIVE).
 FUSION_CODES = {"fused": 0, "eager": 1}
+#: Passes whose tensor-parallel collectives ``tp_comm_overlap`` hides: all (Transformer Engine userbuffers
+#: overlap the forward and the backward GEMMs) or forward (PyTorch's async TP, evaluate.py).
+TP_OVERLAP_PASSES_CODES = {"all": 0, "forward": 1}
 
 #: Per-GPU columns from a catalog entry's efficiency block (besides the datasheet values):
 #: :func:`cosearch.hardware.catalog` fills them; every per-GPU column set lists them from here.
@@ -38,6 +41,7 @@ CATEGORICAL_CODES: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
     "offload": OFFLOAD_CODES, "tp_collective": COLLECTIVE_CODES, "dp_collective": COLLECTIVE_CODES,
     "schedule": SCHEDULE_CODES, "optimizer_states": OPTIMIZER_STATE_CODES, "fusion": FUSION_CODES,
+    "tp_overlap_passes": TP_OVERLAP_PASSES_CODES,
 }
 
 #: Input columns and their defaults (None: required).
@@ -77,6 +81,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "recompute_mla_up_proj": 0.0,  # 1: MLA's q/k/v are rebuilt from the latents in the backward, not kept
     "overlap_grad_reduce": 1.0,  # 0: gradients reduced after the backward pass (Megatron-LM before 2022)
     "tp_comm_overlap": 0.0,      # 1: tensor-parallel collectives overlapped with GEMMs (TE userbuffers)
+    "tp_overlap_passes": 0.0,    # TP_OVERLAP_PASSES_CODES: 0 every pass overlapped, 1 the forward only (async TP)
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations
     "tp_collective": 0.0,        # collective algorithm codes (collectives.COLLECTIVE_CODES), 0 = nccl
     "dp_collective": 0.0,
@@ -101,7 +106,8 @@ from .window import WINDOW_INPUT_COLUMNS  # noqa: E402
 INPUT_COLUMNS.update(WINDOW_INPUT_COLUMNS)
 #: Columns a caller may leave out at no cost: broadcast_columns keeps them 0-d (their defaults describe
 #: a model without the feature).
-LAZY_COLUMNS = frozenset(MOE_INPUT_COLUMNS) | frozenset(WINDOW_INPUT_COLUMNS) | {"mtp_layers", "fusion", "power_limit_w"}
+LAZY_COLUMNS = (frozenset(MOE_INPUT_COLUMNS) | frozenset(WINDOW_INPUT_COLUMNS)
+                | {"mtp_layers", "fusion", "power_limit_w", "tp_overlap_passes"})
 #: Model columns of the optional architecture fields (cosearch.presets.MOE_ARCH_FIELDS; ``mla`` from ``attention``).
 OPTIONAL_MODEL_COLUMNS = MOE_MODEL_COLUMNS + ("mtp_layers",) + tuple(WINDOW_INPUT_COLUMNS)
 
