@@ -156,7 +156,7 @@ def kernel_rates(c: Mapping[str, object], p: Profile) -> KernelRates:
     fp8, attn_kind = c["precision"], c["attention"]
     peak = c["peak_tflops"] * 1e12
     limit = c.get("power_limit_w")
-    if limit is not None and not ops.all(ops.isnan(limit)):  # a power limit below the rated power lowers the clock
+    if pw.limited(limit):  # a power limit below the rated power lowers the clock
         peak = peak * pw.clock_factor(limit, c["power_w"])
     eff8 = ops.where(ops.isnan(c["matmul_efficiency_fp8"]), c["matmul_efficiency"] * p.fp8_matmul_relative,
                      c["matmul_efficiency_fp8"])

@@ -306,9 +306,9 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     def fc2_f(width_loc):  # an MLP's down projection, forward: what a recompute stopped early skips
         return kern.gemm_time_s(tok, h, width_loc, gemm_Fps, hbm_Bps, t0, in_B)
 
-    def mlp_f(width, width_loc):  # a dense (gated) MLP split over tp (width_loc = width / tp), forward
+    def mlp_f(width, fc2_s):  # a dense (gated) MLP split over tp, forward, given its fc2's time (fc2_f)
         return ops.where(width > 0, kern.gemm_time_s(tok, width * g1 / tp, h, gemm_Fps, hbm_Bps, t0, in_B)
-                         + fc2_f(width_loc), 0.0)
+                         + fc2_s, 0.0)
 
     def act_fn_s(n_tok, width):  # the activation function's HBM traffic (read 1-2 inputs, write 1)
         return n_tok * kern.BYTES_16BIT * g2 * width / hbm_Bps
@@ -330,13 +330,14 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     router_f = kern.gemm_time_s(tok_r, E, h, gemm_Fps, hbm_Bps, t0)
     # permute before dispatch and unpermute after combine: read + write every token copy, twice
     permute = 4.0 * tok_r * k * h * load * kern.BYTES_16BIT / hbm_Bps
-    moe_gemm_f = routed_f + router_f + (mlp_f(fs, fs_loc) if ops.any(fs > 0) else 0.0)
+    moe_gemm_f = routed_f + router_f + (mlp_f(fs, fc2_f(fs_loc)) if ops.any(fs > 0) else 0.0)
     act_e, act_s, act_d = act_fn_s(m_act, fe_loc), act_fn_s(tok, fs_loc), act_fn_s(tok, fd_loc)
     eager = kern.fusion_factor(c["fusion"])  # PyTorch eager: one kernel per memory-bound op
     moe_elem = (norms + act_e + act_s) * eager + permute
     # dense-MLP layers exist where a MoE model has leading dense layers or the model has no experts
     any_dense = ops.any(c["dense_layers"] > 0) or not ops.all(moe)
-    dense_gemm_f = mlp_f(fd, fd_loc) if any_dense else 0.0
+    fc2_d = fc2_f(fd_loc) if any_dense else 0.0  # also what a recompute stopped early skips (below)
+    dense_gemm_f = mlp_f(fd, fc2_d) if any_dense else 0.0
     dense_elem = (norms + act_d) * eager
     # fp8: Transformer Engine casts each GEMM input (read 2 B, write 1 + 1 B), forward and backward
     cast = fp8 * 4.0 * (tok * (2.0 * h + v_loc) + m_act * (h + fe_loc)) / hbm_Bps
@@ -350,7 +351,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # output by the router's probabilities and saves it, so its expert GEMMs rerun
     early = c["recompute_early_stop"]
     if any_dense and ops.any(early > 0):
-        den_f_r = den_f - early * ops.where(fd > 0, fc2_f(fd_loc), 0.0)
+        den_f_r = den_f - early * ops.where(fd > 0, fc2_d, 0.0)
     else:
         den_f_r = den_f
     den_r = ops.where(rc_full, den_f_r, ops.where(rc_sel, act_d, 0.0)) + up_proj_r

@@ -41,8 +41,14 @@ def clock_factor(power_limit_w, rated_w):
     return ops.where(ops.isnan(power_limit_w), 1.0, factor)
 
 
+def limited(power_limit_w) -> bool:
+    """Whether some row states a power limit (``power_limit_w`` neither None nor NaN everywhere): the callers
+    skip the clock and draw arithmetic otherwise."""
+    return power_limit_w is not None and not ops.all(ops.isnan(power_limit_w))
+
+
 def drawn_w(power_w, power_limit_w):
     """Board power a GPU draws for the energy count: its rated ``power_w``, at most its limit (NaN or None: none)."""
-    if power_limit_w is None or ops.all(ops.isnan(power_limit_w)):
+    if not limited(power_limit_w):
         return power_w
     return ops.where(power_limit_w < power_w, power_limit_w, power_w)

@@ -19,10 +19,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 from cosearch.model import compute as kern  # noqa: E402
-from cosearch.model.columns import ATTENTION_CODES  # noqa: E402
-from cosearch.model.evaluate import kernel_rates  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE, Profile  # noqa: E402
-from cosearch.scenario import ClusterSpec, hardware_values  # noqa: E402
+from _rates import bf16_rates  # noqa: E402
 
 RESULTS = HERE.parent / "results" / "gpu"
 
@@ -36,8 +34,7 @@ def measured(kind: str) -> pd.DataFrame:
 
 def rates(p: Profile, gpu_id: str):
     """The model's bf16 kernel rates on ``gpu_id`` with the fused (cuDNN) attention kernel (evaluate's own chain)."""
-    cols = hardware_values(ClusterSpec(gpu=gpu_id, gpus=1), "bf16")
-    return kernel_rates({**cols, "precision": 0.0, "attention": float(ATTENTION_CODES["flash"])}, p)
+    return bf16_rates(gpu_id, "flash", p)
 
 
 def layer_times(r: pd.Series, p: Profile, gpu_id: str = "h100-sxm") -> tuple[float, float]:

@@ -26,10 +26,8 @@ sys.path.insert(0, str(HERE.parents[1]))
 from cosearch.model import compute as kern  # noqa: E402
 from cosearch.model import moe  # noqa: E402
 from cosearch.model import window as win  # noqa: E402
-from cosearch.model.columns import ATTENTION_CODES  # noqa: E402
-from cosearch.model.evaluate import kernel_rates  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE, Profile  # noqa: E402
-from cosearch.scenario import ClusterSpec, hardware_values  # noqa: E402
+from _rates import bf16_rates  # noqa: E402
 
 RESULTS = HERE.parent / "results" / "gpu"
 
@@ -37,9 +35,7 @@ RESULTS = HERE.parent / "results" / "gpu"
 def rates(p: Profile) -> tuple[float, float, float, float]:
     """(GEMM FLOP/s, fused-attention FLOP/s, FlashAttention-2 FLOP/s, HBM B/s) of a bf16 run on the H100, from
     ``evaluate``'s own rate chain (:func:`cosearch.model.evaluate.kernel_rates`)."""
-    cols = hardware_values(ClusterSpec(gpu="h100-sxm", gpus=1), "bf16")
-    fused = kernel_rates({**cols, "precision": 0.0, "attention": float(ATTENTION_CODES["flash"])}, p)
-    fa2 = kernel_rates({**cols, "precision": 0.0, "attention": float(ATTENTION_CODES["flash2"])}, p)
+    fused, fa2 = bf16_rates("h100-sxm", "flash", p), bf16_rates("h100-sxm", "flash2", p)
     return fused.gemm_Fps, fused.attn_Fps, fa2.attn_Fps, fused.hbm_Bps
 
 
