@@ -280,7 +280,8 @@ def gpu_id(text: Any) -> tuple[str | None, dict[str, float]]:
     """Catalog id and the cluster overrides a run's ``gpu_type`` text states (network, DGX-2 size, A800's
     cut NVLink, GH200's memory), or (None, {}) for a GPU the catalog does not hold (TPU, H20, ...).
 
-    Overrides, each from the part's datasheet: 1600 Gb/s RoCE per 8-GPU node -> 200 Gb/s per GPU; DGX-2
+    Overrides, each from the part's datasheet: 1600 Gb/s RoCE per 8-GPU node -> 200 Gb/s per GPU; GCP A3 High
+    -> 100 Gb/s per GPU; DGX-2
     -> 16 V100 on NVSwitch; DGX A100 -> 8x 200 Gb/s HDR; A800 = A100 with NVLink cut to 400 GB/s
     bidirectional (NVIDIA A800 datasheet) -> 200 per direction; GH200 = the H100-class GPU of the Grace
     Hopper superchip with 96 GB HBM3 at 4.0 TB/s, or 144 GB HBM3e at 4.9 TB/s (NVIDIA GH200 datasheet),
@@ -290,6 +291,10 @@ def gpu_id(text: Any) -> tuple[str | None, dict[str, float]]:
     over: dict[str, float] = {}
     if "1600 gbps" in t:
         over["network_gbps"] = 200.0
+    if "a3-highgpu" in t or "a3 high" in t:
+        # GCP A3 High: 1,000 Gbps per VM (Google Cloud "Networking and GPU machines"), of which the four GPUDirect-TCPX
+        # NICs carry 800 -> 100 Gb/s per GPU; the fifth NIC (gVNIC) serves host traffic
+        over["network_gbps"] = 100.0
     if "dgx-2" in t:
         over.update(gpus_per_node=16, nvlink_domain=16)
     gid = next((g for g, names in _GPU_NAMES if any(n in t for n in names)), None)

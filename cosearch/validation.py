@@ -47,6 +47,9 @@ LONG_CONTEXT_PATH = DATA_DIR / "published_runs_long_context.csv"
 #: torchtitan's published runs (PyTorch-native: FSDP2, torch.compile, torchao float8, async TP, CP, PP) on A100,
 #: H100 and H200: held out the same way.
 TORCHTITAN_PATH = DATA_DIR / "published_runs_torchtitan.csv"
+#: MaxText (JAX/XLA) runs on H100: Llama 2 7B weak scaling on 1-16 GCP A3 High VMs and Llama 3 70B on 128 DGX Cloud
+#: GPUs: held out the same way.
+JAX_PATH = DATA_DIR / "published_runs_jax.csv"
 
 #: Columns of a published-runs table: published_runs_modern.csv's header and the MoE table's extra cells. A table
 #: that leaves some out (another source's export, a hand-made CSV) reads them as empty cells, so a row states

@@ -22,7 +22,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results"
 STAMPED = {
     "validation.json": "validate.py", "validation_bridge.json": "validate.py",
     "validation_long_context.json": "validate.py", "validation_moe.json": "validate.py",
-    "validation_torchtitan.json": "validate.py",
+    "validation_torchtitan.json": "validate.py", "validation_jax.json": "validate.py",
     "prediction_interval.json": "prediction_interval.py", "calibrate_published.json": "calibrate_published.py",
     "cloud_case_study.json": "cloud_case_study.py", "codesign_memory_expansion.json": "codesign_memory_expansion.py",
     "codesign_network.json": "codesign_network.py", "codesign_strong_scaling.json": "codesign_strong_scaling.py",
