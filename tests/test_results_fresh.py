@@ -28,6 +28,9 @@ STAMPED = {
     "codesign_network.json": "codesign_network.py", "codesign_strong_scaling.json": "codesign_strong_scaling.py",
     "deeppool_burst.json": "deeppool_burst.py", "hetero_inventory.json": "hetero_inventory.py",
     "moe_worked_example.json": "moe_worked_example.py", "spot_check_llama3.json": "spot_check_llama3.py",
+    # model vs our own GPU measurements (no GPU needed to re-run: they read results/gpu/*.csv)
+    "gpu/compare_layer.json": "gpu/compare_layer.py", "gpu/compare_moe.json": "gpu/compare_moe.py",
+    "gpu/compare_step.json": "gpu/compare_step.py",
 }
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.model import compute as kern  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE, Profile  # noqa: E402
 from _rates import bf16_rates  # noqa: E402
@@ -86,6 +87,7 @@ def main() -> None:
         print(a[["gpu_id", "batch", "heads", "seq", "head_dim", "fwd_bwd_tflops", "fwd_err", "fwd_bwd_err"]]
               .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(json.dumps(out, indent=1))
+    out["model_fingerprint"] = model_fingerprint()
     (RESULTS / "compare_layer.json").write_text(json.dumps(out, indent=2))
 
 

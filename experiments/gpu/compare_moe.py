@@ -23,6 +23,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.model import compute as kern  # noqa: E402
 from cosearch.model import moe  # noqa: E402
 from cosearch.model import window as win  # noqa: E402
@@ -115,6 +116,7 @@ def main() -> None:
                      "fwd_bwd_tflops", "bwd_over_fwd", "err_fwd", "err_fwd_bwd"]]
                   .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(json.dumps(report, indent=1))
+    report["model_fingerprint"] = model_fingerprint()
     (RESULTS / "compare_moe.json").write_text(json.dumps(report, indent=2))
 
 

@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 import cosearch  # noqa: E402
+from cosearch.fingerprint import model_fingerprint  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE  # noqa: E402
 
 RESULTS = HERE.parent / "results" / "gpu"
@@ -69,6 +70,7 @@ def main() -> None:
              "peak_memory_gib", "default_memory_gib"]].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     print(ratio.to_string(float_format=lambda x: f"{x:.3f}"))
     print(json.dumps(report, indent=1))
+    report["model_fingerprint"] = model_fingerprint()
     (RESULTS / "compare_step.json").write_text(json.dumps(report, indent=2))
 
 
