@@ -67,3 +67,25 @@ def test_maxtext_rows_take_the_stated_mesh_and_the_xla_stack_facts():
     for rid in range(602, 606):
         measured = t.loc[rid, "measured_step_s"] / t.loc[601, "measured_step_s"]
         assert 1.1 < exposed(rid) / base == pytest.approx(measured, abs=0.1)
+
+
+def test_estimate_warns_when_a_large_gradient_reduction_is_assumed_hidden():
+    # Llama 2 7B, FSDP inside 8-GPU nodes, 16 replicas over 100 Gb/s per GPU: the cross-node all-reduce is a fifth
+    # of the step and hidden by plan.overlap_grad_reduce. The warning names the field and the step it would be
+    # exposed, which is the estimate with the overlap off.
+    from cosearch import estimate
+    from cosearch.presets import preset
+
+    model = {k: v for k, v in preset("llama2-7b").items() if k not in ("params_b_reported", "source")}
+    sc = {"model": {**model, "seq_len": 4096}, "training": {"global_batch": 512, "precision": "bf16"},
+          "cluster": {"gpu": "h100-sxm", "gpus": 128, "network_gbps": 100},
+          "plan": {"microbatch": 4, "recompute": "selective", "zero": 3, "zero_group": 8}}
+    hidden = estimate(sc)
+    exposed = estimate({**sc, "plan": {**sc["plan"], "overlap_grad_reduce": False}})
+    assert exposed["step_time_s"] > 1.15 * hidden["step_time_s"]
+    (w,) = [w for w in hidden["warnings"] if "overlap_grad_reduce" in w]
+    assert f"the step is {exposed['step_time_s']:.3g} s" in w
+    assert not any("overlap_grad_reduce" in w for w in exposed["warnings"])
+    # one node: nothing to reduce across replicas, no warning
+    one = estimate({**sc, "training": {"global_batch": 32, "precision": "bf16"}, "cluster": {"gpu": "h100-sxm", "gpus": 8}})
+    assert not any("overlap_grad_reduce" in w for w in one["warnings"])

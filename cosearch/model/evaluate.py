@@ -554,6 +554,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         "mem_optimizer_gib": ops.where(first_max, o1, o2) / mem.GIB,
         "mem_activations_gib": (ops.where(first_max, act_first, act_last) + z3_buffers) / mem.GIB,
         "dp_comm_total_s": dp_total,
+        "dp_reduce_hidden_s": dp_total - dp_exposed,  # the gradient reduction hidden under the backward (overlap_grad_reduce)
         "expansion_used_gib": expansion_used / mem.GIB,
         "expansion_fits": expansion_ok,
         "idle_share": 1.0 - (m * (c_f + c_b + c_r)) / step,

@@ -277,6 +277,7 @@ def _metrics(sh, r, hws, use, red_total=None):
                                   sh["gated_mlp"], sh["vocab"], sh["tied_embeddings"]),
         "total_param_tflops_per_gpu": mt,  # issue 13 outputs: dense rows only here, active = total
         "dp_comm_total_s": r["brk"]["dp_comm"], "expansion_used_gib": np.zeros(n), "expansion_fits": np.ones(n, bool),
+        "dp_reduce_hidden_s": np.full(n, np.nan),  # not split out for mixed inventories (no hidden-reduction warning)
         "idle_share": 1.0 - r["busy_frac"],
         **{k: run[k] for k in ("step_time_low_s", "step_time_high_s", "time_to_train_low_days",
                                "time_to_train_high_days", "cost_to_train_low_usd", "cost_to_train_high_usd")},
