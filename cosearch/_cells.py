@@ -281,11 +281,12 @@ def gpu_id(text: Any) -> tuple[str | None, dict[str, float]]:
     cut NVLink, GH200's memory), or (None, {}) for a GPU the catalog does not hold (TPU, H20, ...).
 
     Overrides, each from the part's datasheet (or the cloud's machine-type page): 1600 Gb/s RoCE per 8-GPU node
-    -> 200 Gb/s per GPU; GCP A3 High -> 100 Gb/s per GPU; DGX-2 -> 16 V100 on NVSwitch; DGX A100 -> 8x 200 Gb/s HDR; A800 = A100 with NVLink cut to 400 GB/s
-    bidirectional (NVIDIA A800 datasheet) -> 200 per direction; GH200 = the H100-class GPU of the Grace
-    Hopper superchip with 96 GB HBM3 at 4.0 TB/s, or 144 GB HBM3e at 4.9 TB/s (NVIDIA GH200 datasheet),
-    four per node on NVLink (the quad-GH200 nodes of CSCS Alps and JUPITER); an H100 stated as 96 GB HBM2e
-    (Meta's Grand Teton) -> 96 GiB at 2.4 TB/s; a stated power limit ("500 W power limit") -> ``power_limit_w``."""
+    -> 200 Gb/s per GPU; GCP A3 High -> 100 Gb/s per GPU; DGX-2 -> 16 V100 on NVSwitch; DGX A100 -> 8x 200 Gb/s
+    HDR; A800 = A100 with NVLink cut to 400 GB/s bidirectional (NVIDIA A800 datasheet) -> 200 per direction;
+    GH200 = the H100-class GPU of the Grace Hopper superchip with 96 GB HBM3 at 4.0 TB/s, or 144 GB HBM3e at
+    4.9 TB/s (NVIDIA GH200 datasheet), four per node on NVLink (the quad-GH200 nodes of CSCS Alps and JUPITER);
+    an H100 stated as 96 GB HBM2e (Meta's Grand Teton) -> 96 GiB at 2.4 TB/s; a stated power limit ("500 W power
+    limit") -> ``power_limit_w``."""
     t = " ".join(str(text).lower().replace("_", " ").split()) + " "
     over: dict[str, float] = {}
     if "1600 gbps" in t:

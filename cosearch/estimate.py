@@ -160,4 +160,5 @@ def _hidden_reduction_warning(hidden_s: float | None, step_s: float | None) -> s
         return None
     return (f"plan.overlap_grad_reduce hides the data-parallel gradient reduction ({hidden_s:.3g} s, "
             f"{100 * hidden_s / step_s:.0f} % of the step) under the backward pass; MaxText across GCP A3 VMs measured "
-            f"it exposed (README, Held-out JAX runs): with plan.overlap_grad_reduce false the step is {step_s + hidden_s:.3g} s")
+            f"it exposed (README, Held-out JAX runs): with plan.overlap_grad_reduce false the step is "
+            f"{step_s + hidden_s:.3g} s")
