@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, causal_flops_count, gpu_id, hybrid_shard_group, legacy_megatron,
-                     megatron_core_stack, precision_of, stack_plan_facts, stack_training_facts, zero_stage)
+                     megatron_core_stack, precision_of, stack_plan_facts, stack_training_facts, tp_overlap_passes,
+                     zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
 from .hardware import peak_tflops
@@ -213,6 +214,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     recomputes = ([_recompute(stated_rc, row.source_id)] if stated_rc or row.source_id in {"S4", "S5"}
                   else ["none", "selective", "full"])
     async_tp = any(k in framework for k in ("async tp", "async_tp", "async-tp"))
+    passes = tp_overlap_passes(framework)
     out = []
     for mb, v, rc in itertools.product(mbs, vpps, recomputes):
         out.append({
@@ -222,10 +224,9 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
             "cluster": cluster,
             "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
                      "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,
-                     # torchtitan's async TP (``--parallelism.enable_async_tensor_parallel``) overlaps too, in
-                     # the forward pass only (plan.tp_overlap_passes)
+                     # torchtitan's async TP overlaps too, in the forward pass only (_cells.tp_overlap_passes)
                      "tp_comm_overlap": bool(tp > 1 and ((megatron_core and gpu.startswith("h100")) or async_tp)),
-                     **({"tp_overlap_passes": "forward"} if tp > 1 and async_tp and not megatron_core else {}),
+                     **({"tp_overlap_passes": passes} if tp > 1 and async_tp and passes != "all" else {}),
                      # Megatron-LM before 2023 all-reduced gradients after the backward pass (overlap_grad_reduce
                      # came with Megatron-Core's DDP)
                      "overlap_grad_reduce": not (legacy and zero == 0 and "deepspeed" not in framework),

@@ -8,7 +8,7 @@ import pytest
 
 from cosearch._cells import (_recompute, attention_kernel, container_release, container_year, gpu_id, hybrid_shard_group,
                              legacy_megatron, megatron_core_stack, optimizer_states, precision_of, source_year,
-                             recomputes_mla_up_proj, zero_stage)
+                             recomputes_mla_up_proj, tp_overlap_passes, zero_stage)
 from cosearch.validation import MODERN_PATH, _architecture, build_candidates, row_scenarios, validation_table
 
 
@@ -157,6 +157,19 @@ def test_unstated_recompute_is_tuned_on_every_stack_and_async_tp_overlaps():
     cands = row_scenarios(row)
     assert {c["plan"]["recompute"] for c in cands} == {"none", "selective", "full"}
     assert all(c["plan"]["tp_comm_overlap"] for c in cands) and cands[0]["plan"]["tp"] > 1
+    # PyTorch's async TP hides the forward's collectives only; Transformer Engine's userbuffers every pass's
+    assert {c["plan"]["tp_overlap_passes"] for c in cands} == {"forward"}
+    nemo = row_scenarios(_modern_row(framework="NeMo 24.09 (Megatron-Core, TE)", recompute="full"))[0]["plan"]
+    assert nemo["tp_comm_overlap"] and "tp_overlap_passes" not in nemo  # the model's default: every pass
+
+
+@pytest.mark.parametrize("framework, passes", [
+    ("torchtitan (async TP)", "forward"), ("torchtitan", "forward"), ("PyTorch FSDP2 + async_tp", "forward"),
+    ("NeMo 24.07 (Megatron-Core)", "all"), ("Megatron-LM", "all"), ("DeepSpeed", "all"),
+])
+def test_tensor_parallel_overlap_passes_of_a_stack(framework, passes):
+    # one fact for the validation (row_scenarios above) and the exporters (frameworks._common.layout)
+    assert tp_overlap_passes(framework) == passes
 
 
 def test_step_time_from_megatron_flop_rate_of_any_source():

@@ -1,7 +1,7 @@
 """Checks and numbers every framework mapping shares."""
 from __future__ import annotations
 
-from .._cells import recompute_stops_early
+from .._cells import recompute_stops_early, tp_overlap_passes
 from ..errors import CosearchError
 from ..scenario import Scenario, scenario_columns
 
@@ -12,11 +12,6 @@ def refuse(field: str, reason: str) -> CosearchError:
 
 #: ``training.optimizer_states`` each framework's configuration can express (others: fp32 only).
 OPTIMIZER_STATES = {"Megatron-LM": ("fp32", "bf16_moments")}  # Megatron-Core's precision-aware optimizer
-
-
-#: ``plan.tp_overlap_passes`` of each framework's tensor-parallel overlap (others: Transformer Engine userbuffers,
-#: every pass): PyTorch's async TP hides the forward's collectives only (scenario.PlanSpec.tp_overlap_passes).
-TP_OVERLAP_PASSES = {"torchtitan": "forward"}
 
 
 def layout(sc: Scenario, framework: str) -> dict[str, int]:
@@ -50,7 +45,7 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
             "checkpoint; torch.compile recomputes only what the backward reads); set it true to export") if stops_early
             else (f"{framework}'s full recompute reruns the whole layer (its own reentrant checkpoint function); "
                   "set it false to export, or use --format torchtitan"))
-    passes = TP_OVERLAP_PASSES.get(framework, "all")
+    passes = tp_overlap_passes(framework)  # async TP: the forward only
     if pl.tp_comm_overlap and pl.tp > 1 and pl.tp_overlap_passes != passes:
         raise refuse("plan.tp_overlap_passes", f"{pl.tp_overlap_passes}: {framework}'s tensor-parallel overlap hides "
                      f"the collectives of {'the forward pass only' if passes == 'forward' else 'every pass'}; set "
