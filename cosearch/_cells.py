@@ -104,7 +104,17 @@ def stack_training_facts(sharding: str, framework: str, legacy: bool = False) ->
     (:func:`attention_kernel`), the optimizer states' precision (:func:`optimizer_states`) and eager or fused
     elementwise kernels (:func:`fusion_of`)."""
     return {"attention": attention_kernel(framework, legacy), "optimizer_states": optimizer_states(sharding, framework),
-            "fusion": fusion_of(framework)}
+            "fusion": fusion_of(framework), "cross_entropy": cross_entropy_of(framework)}
+
+
+def cross_entropy_of(framework: str) -> str:
+    """``training.cross_entropy`` of a row's stack: eager for torchtitan of 2024, whose Llama returns
+    ``self.output(h).float()`` and whose train.py calls ``F.cross_entropy`` outside torch.compile (which it applied
+    per TransformerBlock only); fused otherwise (Megatron-Core's vocab-parallel cross-entropy; later torchtitan
+    compiles the loss with the model, and its June 2025 H200 table's memory agrees with the fused count). A fact of
+    the stack, not of the row."""
+    f = framework.lower()
+    return "eager" if "torchtitan" in f and "2024" in f else "fused"
 
 
 def stack_plan_facts(sharding: str, framework: str, zero: int) -> dict[str, Any]:

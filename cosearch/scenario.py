@@ -99,6 +99,11 @@ class TrainingSpec(_Strict):
     fusion: Literal["fused", "eager"] = Field(
         "fused", description="fused: memory-bound ops fused (Transformer Engine / Megatron kernels, torch.compile, XLA); "
         "eager: PyTorch eager mode, one kernel per op (2.4x the memory-bound HBM traffic, measured on one H100)")
+    cross_entropy: Literal["fused", "eager"] = Field(
+        "fused", description="the loss's logits memory on the last stage: fused keeps the 16-bit logits and one fp32 "
+        "softmax whose gradient is written in place (Megatron-Core's vocab-parallel cross-entropy, a compiled loss): "
+        "6 B per logit; eager runs PyTorch's F.cross_entropy on fp32 logits (torchtitan 2024): the saved fp32 "
+        "log-softmax with its fp32 gradient pair at the loss backward, 12 B per logit")
     moe_load_imbalance: Float = Field(DEFAULT_LOAD_IMBALANCE, ge=1.0, le=100.0, description="busiest expert-parallel "
                                       "rank's routed tokens over the mean (issue 13; default: Switch Transformer's capacity factor 1.25)")
 

@@ -240,9 +240,28 @@ def _held_out_set(profile, outdir: Path, name: str, path: Path, what: str) -> No
               "fits": int(df["fits"].sum()), "band_80_coverage": float(((ratio >= low) & (ratio <= high)).mean())}
     for group, col in (("gpu", df["gpu"]), ("plan", np.where(df["zero"] >= 3, "FSDP", "3-D"))):
         report[group] = {str(k): stats_of(sub["error"]) for k, sub in df.groupby(col)}
+    stated = _stated_peak_memory_gib(path, df["row_id"])
+    if stated.notna().any():  # memory the source measured (torchtitan logs PyTorch's max reserved, cache included)
+        mem_err = (df["memory_gib"] / stated - 1.0).dropna()
+        pp1 = mem_err[(df.loc[mem_err.index, "pp"] == 1) & (df.loc[mem_err.index, "tp"] == 1)]
+        report["memory_vs_stated_peak"] = {"rows": int(len(mem_err)), "all": stats_of(mem_err),
+                                           "bias_median": float(mem_err.median()),
+                                           "fsdp_only_rows": int(len(pp1)), "fsdp_only": stats_of(pp1),
+                                           "fsdp_only_bias_median": float(pp1.median()) if len(pp1) else None}
+        print(f"memory vs the stated peak ({len(mem_err)} rows): median |err| {mem_err.abs().median():.1%}, bias "
+              f"{mem_err.median():+.1%}; FSDP-only rows ({len(pp1)}): median |err| {pp1.abs().median():.1%}")
     print(json.dumps(report))
     report["model_fingerprint"] = model_fingerprint()
     (outdir / f"validation_{name}.json").write_text(json.dumps(_json_safe(report), indent=2))
+
+
+def _stated_peak_memory_gib(path: Path, row_ids: pd.Series) -> pd.Series:
+    """The peak memory per GPU a source states for each row ("peak memory X GiB" in ``other_metrics``), NaN elsewhere."""
+    raw = pd.read_csv(path)
+    if "other_metrics" not in raw:
+        return pd.Series(np.nan, index=row_ids.index)
+    stated = raw.set_index("row_id")["other_metrics"].astype(str).str.extract(r"peak memory ([\d.]+) GiB")[0].astype(float)
+    return pd.Series(row_ids.map(stated).to_numpy(dtype=float), index=row_ids.index)
 
 
 #: What the model misses on the MoE rows it predicts worst (analysis of the breakdowns, by row id).

@@ -245,10 +245,13 @@ def test_torchtitan_compile_is_the_fusion():
     import tomllib
 
     for fusion, compiled in (("fused", True), ("eager", False)):
-        sc = scenario(training={"fusion": fusion}, microbatch=1, zero=3, recompute="op")
+        # the loss compiles with the model: eager torchtitan runs PyTorch's fp32 cross-entropy
+        sc = scenario(training={"fusion": fusion, "cross_entropy": fusion}, microbatch=1, zero=3, recompute="op")
         text = export(sc, "torchtitan")
         assert tomllib.loads(text)["training"]["compile"] is compiled
         _same(sc, torchtitan.parse_toml(text, dict(LLAMA_70B), sc.cluster.model_dump(exclude_none=True)))
+    with pytest.raises(CosearchError, match="training.cross_entropy"):
+        export(scenario(training={"fusion": "eager"}, microbatch=1, zero=3, recompute="op"), "torchtitan")
 
 
 def test_torchtitan_async_tp_without_compile_reads_as_no_overlap():

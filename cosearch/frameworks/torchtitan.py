@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._cells import tp_overlap_passes
 from ..scenario import Scenario
 from ..model.schedules import schedule_name
 from ._common import hybrid, layout, refuse, train_steps
@@ -74,6 +75,10 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     if pl.tp_comm_overlap and pl.tp > 1 and t.fusion == "eager":  # the plan would be estimated with an overlap it never gets
         raise refuse("plan.tp_comm_overlap", "torchtitan's async TP (enable_async_tensor_parallel) runs only under "
                      "torch.compile; with training.fusion: eager use false, or set fusion: fused")
+    loss = "fused" if t.fusion == "fused" else "eager"  # compile = true compiles the loss with the model
+    if t.cross_entropy != loss:  # the plan's memory would count a loss torchtitan does not run
+        raise refuse("training.cross_entropy", f"{t.cross_entropy}: torchtitan's loss runs {loss} with training.fusion: "
+                     f"{t.fusion} (torch.compile compiles the loss with the model); set {loss}")
     schedule = _SCHEDULES.get(schedule_name(pl.schedule, pl.interleave)) if pl.pp > 1 else None
     if pl.pp > 1 and schedule is None:
         raise refuse("plan.schedule", {
@@ -207,8 +212,10 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
                                 f"expects op (per-op SAC); every-n-layer checkpointing ({option!r}) is not modelled")
         mode = "op"
     m["seq_len"] = int(tr.get("seq_len", m.get("seq_len", 2048)))
-    training: dict[str, Any] = {"global_batch": gb, "precision": precision,
-                                "fusion": "fused" if tr.get("compile", False) is True else "eager"}
+    compiled = tr.get("compile", False) is True
+    # torch.compile fuses the memory-bound ops and, with the model, the loss (torchtitan's compiled loss_fn)
+    training: dict[str, Any] = {"global_batch": gb, "precision": precision, "fusion": "fused" if compiled else "eager",
+                                "cross_entropy": "fused" if compiled else "eager"}
     if "steps" in tr:
         training["tokens"] = float(int(tr["steps"]) * gb * m["seq_len"])
     sched_in = {v: k for k, v in _SCHEDULES.items()}.get(str(par.get("pipeline_parallel_schedule", "1F1B")))
@@ -218,6 +225,6 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
             "schedule": "zb-v" if pp > 1 and sched_in == "zb-v" else None,
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
             "tp_comm_overlap": overlap,
-            "tp_overlap_passes": "forward" if overlap else "all",  # async TP hides the forward's collectives only
+            "tp_overlap_passes": tp_overlap_passes("torchtitan") if overlap else "all",
             "recompute_early_stop": mode == "full"}
     return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})

@@ -27,6 +27,9 @@ ATTENTION_CODES = {"flash": 0, "standard": 1, "triton": 2, "flash2": 3}
 #: fused: memory-bound ops fused into few kernels (Transformer Engine / Megatron, torch.compile, XLA); eager:
 #: PyTorch eager mode, one kernel per op (compute.EAGER_ELEMENTWISE_RELATIVE).
 FUSION_CODES = {"fused": 0, "eager": 1}
+#: The loss's cross-entropy: fused (16-bit logits and one fp32 softmax whose gradient is written in place) or
+#: eager (PyTorch F.cross_entropy on fp32 logits: the fp32 log-softmax and its fp32 gradient pair; evaluate.py).
+CROSS_ENTROPY_CODES = {"fused": 0, "eager": 1}
 #: Passes whose tensor-parallel collectives ``tp_comm_overlap`` hides: all (Transformer Engine userbuffers
 #: overlap the forward and the backward GEMMs) or forward (PyTorch's async TP, evaluate.py).
 TP_OVERLAP_PASSES_CODES = {"all": 0, "forward": 1}
@@ -41,7 +44,7 @@ CATEGORICAL_CODES: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES, "precision": PRECISION_CODES, "attention": ATTENTION_CODES,
     "offload": OFFLOAD_CODES, "tp_collective": COLLECTIVE_CODES, "dp_collective": COLLECTIVE_CODES,
     "schedule": SCHEDULE_CODES, "optimizer_states": OPTIMIZER_STATE_CODES, "fusion": FUSION_CODES,
-    "tp_overlap_passes": TP_OVERLAP_PASSES_CODES,
+    "tp_overlap_passes": TP_OVERLAP_PASSES_CODES, "cross_entropy": CROSS_ENTROPY_CODES,
 }
 
 #: Input columns and their defaults (None: required).
@@ -57,6 +60,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "target_tokens": np.nan,          # E_min: tokens to the target loss at a tiny batch (time-to-accuracy)
     "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
     "fusion": 0.0,                    # FUSION_CODES: 0 fused memory-bound kernels, 1 PyTorch eager
+    "cross_entropy": 0.0,             # CROSS_ENTROPY_CODES: 0 fused loss (6 B per logit), 1 eager fp32 (12 B)
     # hardware (resolved from the catalog plus overrides)
     "peak_tflops": None, "matmul_efficiency": None, "hbm_gib": None, "hbm_tbps": None,
     "attention_speedup": 1.0,  # the GPU's attention kernel vs the profile's ratio to GEMMs (Blackwell Ultra 1.35)
@@ -107,7 +111,7 @@ INPUT_COLUMNS.update(WINDOW_INPUT_COLUMNS)
 #: Columns a caller may leave out at no cost: broadcast_columns keeps them 0-d (their defaults describe
 #: a model without the feature).
 LAZY_COLUMNS = (frozenset(MOE_INPUT_COLUMNS) | frozenset(WINDOW_INPUT_COLUMNS)
-                | {"mtp_layers", "fusion", "power_limit_w", "tp_overlap_passes"})
+                | {"mtp_layers", "fusion", "cross_entropy", "power_limit_w", "tp_overlap_passes"})
 #: Model columns of the optional architecture fields (cosearch.presets.MOE_ARCH_FIELDS; ``mla`` from ``attention``).
 OPTIONAL_MODEL_COLUMNS = MOE_MODEL_COLUMNS + ("mtp_layers",) + tuple(WINDOW_INPUT_COLUMNS)
 

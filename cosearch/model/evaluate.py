@@ -44,6 +44,11 @@ from .moe_params import head_widths
 #: softmax kept for the backward, whose gradient is written in place (Megatron-Core
 #: vocab_parallel_cross_entropy).
 LOGIT_BYTES = 6.0
+#: The same under ``training.cross_entropy: eager``: PyTorch's F.cross_entropy on fp32 logits (torchtitan 2024: the
+#: model returns ``self.output(h).float()``, train.py calls the loss outside torch.compile and ``del pred`` before
+#: the backward). At the loss backward the saved fp32 log-softmax, nll_loss's fp32 gradient and log_softmax's fp32
+#: input gradient are live at once: 12 B per logit (the 16-bit logits and the fp32 copy are freed by then).
+LOGIT_BYTES_EAGER = 12.0
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
                   "offload")
@@ -420,7 +425,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
             return w_, g_, o_
         we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8, div_experts, opt_B)
         return w_ + we, g_ + ge, o_ + oe
-    logits_buf = tok * (V / tp) * LOGIT_BYTES
+    ce = c["cross_entropy"]
+    logits_buf = tok * (V / tp) * (ops.where(ce > 0, LOGIT_BYTES_EAGER, LOGIT_BYTES) if ops.any(ce > 0) else LOGIT_BYTES)
     # gathered ZeRO-3 parameters: PyTorch FSDP holds the current and the prefetched wrapped layer;
     # DeepSpeed caps live gathered parameters (stage3_max_live_parameters), gathering sub-modules, so
     # the floor is its largest one (the fc1 weight)
