@@ -367,6 +367,15 @@ def load_published_runs(*paths: str | Path) -> pd.DataFrame:
     return pd.concat([pd.read_csv(p) for p in (paths or (DEFAULT_PATH, MODERN_PATH))], ignore_index=True)
 
 
+def stated_peak_memory_gib(runs: pd.DataFrame) -> pd.Series:
+    """The peak memory per GPU each run's source states ("peak memory X GiB" in ``other_metrics``; torchtitan's
+    tables log PyTorch's max reserved), indexed by ``row_id``; NaN where a row states none."""
+    if "other_metrics" not in runs:
+        return pd.Series(np.nan, index=runs["row_id"], dtype=float)
+    stated = runs["other_metrics"].astype(str).str.extract(r"peak memory ([\d.]+) GiB")[0].astype(float)
+    return pd.Series(stated.to_numpy(), index=runs["row_id"])
+
+
 def validation_table(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> pd.DataFrame:
     """Measured vs predicted step time per row, with the plan the prediction used and its memory."""
     out = evaluate(cands.columns, profile)

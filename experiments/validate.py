@@ -34,7 +34,7 @@ from cosearch.calibration import _subset, cross_validate, error_stats, fit_profi
 from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.interval import interval_factors  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE  # noqa: E402
-from cosearch.validation import BRIDGE_DENSE_PATH, JAX_PATH, LONG_CONTEXT_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs, validation_table  # noqa: E402
+from cosearch.validation import BRIDGE_DENSE_PATH, JAX_PATH, LONG_CONTEXT_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs, stated_peak_memory_gib, validation_table  # noqa: E402
 from cosearch.validation_moe import MOE_PATH  # noqa: E402
 
 #: What the model misses on the rows it predicts worst (analysis of the breakdowns, by row id).
@@ -227,7 +227,8 @@ def held_out_report(profile, outdir: Path) -> None:
 
 
 def _held_out_set(profile, outdir: Path, name: str, path: Path, what: str) -> None:
-    df = validation_table(build_candidates(load_published_runs(path)), profile)
+    runs = load_published_runs(path)
+    df = validation_table(build_candidates(runs), profile)
     df["reason"] = [HELD_OUT_REASONS.get(int(r), "") for r in df["row_id"]]
     df.to_csv(outdir / f"validation_{name}.csv", index=False)
     print(f"\nHeld-out dense runs ({path.name}: {what}; never fitted)")
@@ -240,7 +241,7 @@ def _held_out_set(profile, outdir: Path, name: str, path: Path, what: str) -> No
               "fits": int(df["fits"].sum()), "band_80_coverage": float(((ratio >= low) & (ratio <= high)).mean())}
     for group, col in (("gpu", df["gpu"]), ("plan", np.where(df["zero"] >= 3, "FSDP", "3-D"))):
         report[group] = {str(k): stats_of(sub["error"]) for k, sub in df.groupby(col)}
-    stated = _stated_peak_memory_gib(path, df["row_id"])
+    stated = df["row_id"].map(stated_peak_memory_gib(runs))
     if stated.notna().any():  # memory the source measured (torchtitan logs PyTorch's max reserved, cache included)
         mem_err = (df["memory_gib"] / stated - 1.0).dropna()
         pp1 = mem_err[(df.loc[mem_err.index, "pp"] == 1) & (df.loc[mem_err.index, "tp"] == 1)]
@@ -253,15 +254,6 @@ def _held_out_set(profile, outdir: Path, name: str, path: Path, what: str) -> No
     print(json.dumps(report))
     report["model_fingerprint"] = model_fingerprint()
     (outdir / f"validation_{name}.json").write_text(json.dumps(_json_safe(report), indent=2))
-
-
-def _stated_peak_memory_gib(path: Path, row_ids: pd.Series) -> pd.Series:
-    """The peak memory per GPU a source states for each row ("peak memory X GiB" in ``other_metrics``), NaN elsewhere."""
-    raw = pd.read_csv(path)
-    if "other_metrics" not in raw:
-        return pd.Series(np.nan, index=row_ids.index)
-    stated = raw.set_index("row_id")["other_metrics"].astype(str).str.extract(r"peak memory ([\d.]+) GiB")[0].astype(float)
-    return pd.Series(row_ids.map(stated).to_numpy(dtype=float), index=row_ids.index)
 
 
 #: What the model misses on the MoE rows it predicts worst (analysis of the breakdowns, by row id).

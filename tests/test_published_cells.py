@@ -10,7 +10,7 @@ from cosearch._cells import (_recompute, attention_kernel, cross_entropy_of, con
                              legacy_megatron, megatron_core_stack, optimizer_states, precision_of, source_year,
                              recomputes_mla_up_proj, tp_overlap_passes, zero_stage)
 from cosearch.validation import (MODERN_PATH, TORCHTITAN_PATH, _architecture, build_candidates, load_published_runs,
-                                 row_scenarios, validation_table)
+                                 row_scenarios, stated_peak_memory_gib, validation_table)
 
 
 @pytest.mark.parametrize("text, gid, over", [
@@ -276,9 +276,8 @@ def test_torchtitan_memory_within_its_stated_reserved_peak():
     # torchtitan's tables state PyTorch's max reserved memory per GPU (the caching allocator's slack on top of the
     # tensors): on the FSDP-only rows the model's peak sits at most 15 % under it and never 5 % over. Without the
     # eager cross-entropy's fp32 gradient pair (12 B per logit, not 6) the 8B rows sat 21-39 % under.
-    raw = pd.read_csv(TORCHTITAN_PATH)
-    stated = raw.set_index("row_id")["other_metrics"].astype(str).str.extract(r"peak memory ([\d.]+) GiB")[0].astype(float)
     runs = load_published_runs(TORCHTITAN_PATH)
+    stated = stated_peak_memory_gib(runs)
     rows = runs[runs["row_id"].map(stated).notna() & (runs["tp"] == 1) & (runs["pp"] == 1)]
     table = validation_table(build_candidates(rows))
     ratio = table["memory_gib"].to_numpy() / table["row_id"].map(stated).to_numpy()
