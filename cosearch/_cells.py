@@ -203,6 +203,30 @@ def zero_stage(sharding: str, megatron_core: bool) -> int:
     return 1 if megatron_core else 0
 
 
+def pipelined_zero(zero: int, pp: int, framework: str) -> int:
+    """The ZeRO stage FSDP runs at under PyTorch's pipelining (torchtitan): ZeRO-1. Every backward but the
+    last runs with ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``
+    (pytorch/pytorch torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync``, @0138610) and torchtitan
+    does not reshard after forward under PP (``apply_fsdp``, "to avoid per-microbatch all-gathers"), so a stage's
+    parameters and gradients stay whole from its first micro-batch to its last and only the optimizer states stay
+    sharded; one all-gather and one reduce-scatter per step. A fact of the stack, not of the row."""
+    return 1 if pp > 1 and zero >= 2 and "torchtitan" in framework.lower() else zero
+
+
+def pipeline_split_default(framework: str, pp: int, vpp: int | None, local_batch: int) -> tuple[int, int] | None:
+    """(stages per rank, micro-batch size) a stack runs when a table states neither: torchtitan splits the
+    per-replica batch into as many micro-batches as there are pipeline stages, ``pipeline_parallel_microbatches``
+    "The default value will be the number of pipeline stages" (config_manager.py, Dec 2024;
+    ``build_pipeline_schedule``: pp x stages per rank), with 2 stages per rank for a multi-stage (interleaved)
+    schedule when no split points are given (``generate_split_points``). None for other stacks, without
+    pipelining, or when the batch does not split evenly."""
+    if pp <= 1 or "torchtitan" not in framework.lower():
+        return None
+    stages = vpp or (2 if "interleaved" in framework.lower() else 1)
+    micro, rest = divmod(local_batch, pp * stages)
+    return (stages, micro) if micro >= 1 and rest == 0 else None
+
+
 def hybrid_shard_group(sharding: str) -> int | None:
     """GPUs per sharding group of hybrid sharding (HSDP / HYBRID_SHARD, "8-GPU shard groups", "shard group
     of 16"): the parameters are sharded inside the group and replicated across groups; None when the cell

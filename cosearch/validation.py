@@ -20,7 +20,7 @@ import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, causal_flops_count, gpu_id, hybrid_shard_group, legacy_megatron,
                      megatron_core_stack, precision_of, stack_plan_facts, stack_training_facts, tp_overlap_passes,
-                     zero_stage)
+                     pipeline_split_default, pipelined_zero, zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
 from .hardware import peak_tflops
@@ -209,6 +209,13 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     sp = (megatron_core and tp > 1) if sp is None else sp
     mbs = [int(row.micro_batch_size)] if _num(row.micro_batch_size) else [1, 2, 4, 8]
     vpps = [int(row.vpp)] if _num(row.vpp) else ([1, 2, 3, 4, 6, 8] if pp > 1 else [1])
+    cp = int(_num(row.cp) or 1)
+    # a pipelined torchtitan row that states no split runs torchtitan's (micro-batches = stages), not a tuned one
+    split = (None if _num(row.micro_batch_size) else pipeline_split_default(
+        framework, pp, int(_num(row.vpp) or 0) or None, int(row.global_batch_size) * tp * pp * cp // int(row.num_gpus)))
+    if split:
+        vpps, mbs = [split[0]], [split[1]]
+    zero = pipelined_zero(zero, pp, framework)
     stated_rc = row.recompute if isinstance(row.recompute, str) else None
     # unstated recompute is tuned like any unstated knob; Megatron-LM's 2019-2021 examples always checkpointed
     recomputes = ([_recompute(stated_rc, row.source_id)] if stated_rc or row.source_id in {"S4", "S5"}
@@ -222,7 +229,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
             "training": {"global_batch": int(row.global_batch_size), "precision": precision, "dropout": dropout,
                          **stack_training_facts(sharding, framework, legacy)},
             "cluster": cluster,
-            "plan": {"tp": tp, "pp": pp, "cp": int(_num(row.cp) or 1), "microbatch": mb, "interleave": v,
+            "plan": {"tp": tp, "pp": pp, "cp": cp, "microbatch": mb, "interleave": v,
                      "recompute": rc, "sequence_parallel": bool(sp), "zero": zero,
                      # torchtitan's async TP overlaps too, in the forward pass only (_cells.tp_overlap_passes)
                      "tp_comm_overlap": bool(tp > 1 and ((megatron_core and gpu.startswith("h100")) or async_tp)),

@@ -186,6 +186,8 @@ def test_deepspeed_json_keys_documented_and_batch_arithmetic(plan):
     ("megatron", scenario(training={"global_batch": 100}), "training.global_batch"),
     ("nemo", scenario(zero=3), "plan.zero"),
     ("torchtitan", scenario(zero=1), "plan.zero"),
+    # under pipelining FSDP2 keeps parameters and gradients whole until the last micro-batch: zero 3 is not what runs
+    ("torchtitan", scenario(pp=4, zero=3, recompute="op"), "plan.zero"),
     ("torchtitan", scenario(tp=8, zero=3), "plan.sequence_parallel"),
     ("torchtitan", scenario(training={"precision": "fp16"}, zero=3), "training.precision"),
     # async TP needs torch.compile: an eager plan would be estimated with an overlap torchtitan never runs
@@ -223,7 +225,7 @@ def test_nemo_overrides():
 
 
 @pytest.mark.parametrize("plan", [
-    {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 3, "recompute": "op", "sequence_parallel": True},
+    {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 1, "recompute": "op", "sequence_parallel": True},
     {"tp": 2, "cp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True,
      "recompute_early_stop": True},
     {"microbatch": 1, "zero": 0, "recompute": "none"},
@@ -239,6 +241,24 @@ def test_torchtitan_toml_round_trip(plan):
         par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == 256
     back = torchtitan.parse_toml(text, dict(LLAMA_70B), sc.cluster.model_dump(exclude_none=True))
     _same(sc, back)
+
+
+def test_torchtitan_fsdp_under_pipelining_reads_and_writes_as_zero_1():
+    import tomllib
+
+    # 256 GPUs, TP 8 x PP 4: 8 data-parallel ranks, all of them FSDP2 shards
+    par = tomllib.loads(export(scenario(tp=8, pp=4, microbatch=1, zero=1, recompute="op", sequence_parallel=True),
+                               "torchtitan"))["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (8, 1)
+    # whatever the reshard policy, PyTorch's pipelining keeps the stage whole until its last micro-batch
+    cluster = {"gpu": "h100-sxm", "gpus": 256}
+    for policy in ("default", "always", "never"):
+        text = (f'[parallelism]\ntensor_parallel_degree = 8\npipeline_parallel_degree = 4\n'
+                f'pipeline_parallel_microbatch_size = 1\nfsdp_reshard_after_forward = "{policy}"\n'
+                f'[training]\nlocal_batch_size = 64\n[activation_checkpoint]\nmode = "full"\n')
+        assert torchtitan.parse_toml(text, dict(LLAMA_70B), cluster).plan.zero == 1
+    flat = text.replace("pipeline_parallel_degree = 4", "pipeline_parallel_degree = 1")
+    assert torchtitan.parse_toml(flat, dict(LLAMA_70B), cluster).plan.zero == 2   # "never" without pipelining
 
 
 def test_torchtitan_compile_is_the_fusion():

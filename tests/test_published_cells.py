@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 
 from cosearch._cells import (_recompute, attention_kernel, cross_entropy_of, container_release, container_year, gpu_id, hybrid_shard_group,
-                             legacy_megatron, megatron_core_stack, optimizer_states, precision_of, source_year,
-                             recomputes_mla_up_proj, tp_overlap_passes, zero_stage)
+                             legacy_megatron, megatron_core_stack, optimizer_states, pipeline_split_default,
+                             pipelined_zero, precision_of, source_year, recomputes_mla_up_proj, tp_overlap_passes,
+                             zero_stage)
 from cosearch.validation import (MODERN_PATH, TORCHTITAN_PATH, _architecture, build_candidates, load_published_runs,
                                  row_scenarios, stated_peak_memory_gib, validation_table)
 
@@ -282,3 +283,30 @@ def test_torchtitan_memory_within_its_stated_reserved_peak():
     table = validation_table(build_candidates(rows))
     ratio = table["memory_gib"].to_numpy() / table["row_id"].map(stated).to_numpy()
     assert len(ratio) >= 10 and ((ratio > 0.85) & (ratio < 1.05)).all(), ratio
+
+
+def test_pytorch_pipelining_keeps_fsdp_whole_and_splits_into_as_many_micro_batches_as_stages():
+    titan = "torchtitan (PyTorch FSDP2, torch.distributed.pipelining; Dec 2024) schedule 1F1B"
+    # FSDP2 under PyTorch's pipelining: parameters and gradients stay whole until the last micro-batch (zero 1)
+    assert [pipelined_zero(z, pp, titan) for z, pp in ((3, 8), (2, 8), (3, 1), (0, 8))] == [1, 1, 3, 0]
+    assert pipelined_zero(3, 8, "Megatron-FSDP (Megatron-Core)") == 3
+    # torchtitan's defaults: micro-batches = pipeline stages, 2 stages per rank for a multi-stage schedule
+    assert pipeline_split_default(titan, 8, None, 32) == (1, 4)              # 32 sequences / 8 stages
+    assert pipeline_split_default(titan + " Interleaved 1F1B", 8, None, 32) == (2, 2)  # / 16 stages
+    assert pipeline_split_default(titan, 8, 4, 64) == (4, 2)                # a stated split: 32 stages
+    assert pipeline_split_default(titan, 8, None, 12) is None               # 12 sequences do not split 8 ways
+    assert pipeline_split_default(titan, 1, None, 32) is None
+    assert pipeline_split_default("NeMo 24.07 (Megatron-Core)", 8, None, 32) is None
+
+
+def test_torchtitan_405b_pipeline_rows_run_torchtitans_split_and_sharding():
+    # Llama 3.1 405B, FSDP 8 x TP 8 x PP 8, local batch 32 (torchtitan's Dec 2024 table 5): the default split is 8
+    # micro-batches of 4 under 1F1B, 16 of 2 under Interleaved 1F1B (2 stages per rank), and FSDP runs as zero 1.
+    runs = load_published_runs(TORCHTITAN_PATH)
+    table = validation_table(build_candidates(runs[runs["row_id"].isin([523, 524])])).set_index("row_id")
+    assert table.loc[523, ["microbatch", "interleave", "zero"]].tolist() == [4, 1, 1]
+    assert table.loc[524, ["microbatch", "interleave", "zero"]].tolist() == [2, 2, 1]
+    # 8 micro-batches on 8 stages leave 7/15 of the 1F1B step idle: the published step (41.0 s) is within 10 %
+    assert abs(table.loc[523, "error"]) < 0.10
+    # the whole stage's weights (2 B) and gradients (2 B) per parameter: 405e9 / 64 ranks x 4 B = 23.6 GiB at least
+    assert (table["memory_gib"] > 405e9 / 64 * 4 / 2**30).all()

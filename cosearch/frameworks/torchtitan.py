@@ -30,14 +30,18 @@ export does not follow.
 Mapping of the data-parallel sharding: zero 0 -> DDP (replicate = dp); zero 2 -> FSDP2 with
 ``fsdp_reshard_after_forward = "never"`` (parameters stay gathered between forward and backward);
 zero 3 -> FSDP2 (reshard after forward); ``zero_group`` -> HSDP (shard = zero_group, replicate =
-dp / zero_group). Batches: without pipeline parallelism ``local_batch_size`` is the micro-batch
-and torchtitan accumulates ``global / (local x dp)`` steps; with it ``local_batch_size`` is the
-per-replica batch and ``pipeline_parallel_microbatch_size`` the micro-batch.
+dp / zero_group). Under pipeline parallelism FSDP2 is zero 1 both ways: PyTorch's pipelining keeps
+a stage's parameters and gradients whole until its last micro-batch
+(:func:`cosearch._cells.pipelined_zero`), so zero 1 exports as FSDP2 and zero 2 or 3 is refused.
+Batches: without pipeline parallelism ``local_batch_size`` is the micro-batch and torchtitan
+accumulates ``global / (local x dp)`` steps; with it ``local_batch_size`` is the per-replica batch
+and ``pipeline_parallel_microbatch_size`` the micro-batch.
 
-Refused: zero 1 (torchtitan has no optimizer-only sharding), fp16 (torchtitan trains in bf16 or
-fp32), tensor parallelism without sequence parallelism (torchtitan's TP always shards norms over
-the sequence), the Triton attention kernel, dropout, offload, schedule zb-h1 (PyTorch's zero-bubble schedules are
-multi-stage: InterleavedZeroBubble, ZBVZeroBubble) and dualpipe (PyTorch has DualPipeV, the V-shaped
+Refused: zero 1 without pipelining (torchtitan has no optimizer-only sharding), zero 2 or 3 with
+it, fp16 (torchtitan trains in bf16 or fp32), tensor parallelism without sequence parallelism
+(torchtitan's TP always shards norms over the sequence), the Triton attention kernel, dropout,
+offload, schedule zb-h1 (PyTorch's zero-bubble schedules are multi-stage: InterleavedZeroBubble,
+ZBVZeroBubble) and dualpipe (PyTorch has DualPipeV, the V-shaped
 variant with one parameter copy, not DualPipe's two). The model architecture is torchtitan's
 ``[model] name/flavor``, not a TOML shape: the export states the shape in a comment.
 """
@@ -45,7 +49,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._cells import tp_overlap_passes
+from .._cells import pipelined_zero, tp_overlap_passes
 from ..scenario import Scenario
 from ..model.schedules import schedule_name
 from ._common import hybrid, layout, refuse, train_steps
@@ -59,8 +63,12 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     lay = layout(sc, "torchtitan")
     m, t, pl = sc.model, sc.training, sc.plan
     dp = lay["dp"]
-    if pl.zero == 1:
-        raise refuse("plan.zero", "zero 1: torchtitan has no optimizer-only sharding; use 0 (DDP), 2 or 3 (FSDP2)")
+    if pl.zero == 1 and pl.pp == 1:
+        raise refuse("plan.zero", "zero 1: without pipelining torchtitan has no optimizer-only sharding; use 0 (DDP), "
+                     "2 or 3 (FSDP2)")
+    if pl.zero >= 2 and pl.pp > 1:  # the plan would be estimated with a sharding torchtitan does not keep
+        raise refuse("plan.zero", f"zero {pl.zero}: under pipelining torchtitan's FSDP2 keeps a stage's parameters and "
+                     "gradients whole from its first micro-batch to its last (zero 1's memory); use 1 (FSDP2) or 0")
     if t.precision == "fp16":
         raise refuse("training.precision", "fp16: torchtitan's mixed_precision_param is bfloat16 or float32")
     if pl.tp > 1 and not pl.sequence_parallel:
@@ -118,7 +126,7 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     out = {"parallelism": par, "training": training, "activation_checkpoint": ac}
     if t.precision == "fp8":
         out["model"] = {"converters": ["float8"]}
-        out["float8"] = {"enable_fsdp_float8_all_gather": pl.zero >= 2}
+        out["float8"] = {"enable_fsdp_float8_all_gather": pl.zero >= 1}
     return out
 
 
@@ -180,8 +188,9 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
         raise CosearchError("[parallelism]", f"degrees multiply to {dp * tp * pp * cp}, cluster has {gpus} GPUs")
     if shard == 1:
         zero, group = 0, None
-    else:
+    else:  # under pipelining FSDP2 keeps parameters and gradients whole through the step (_cells.pipelined_zero)
         zero = 2 if par.get("fsdp_reshard_after_forward", "default") == "never" else 3
+        zero = pipelined_zero(zero, pp, "torchtitan")
         group = shard if rep > 1 else None
     local = int(tr.get("local_batch_size", 8))
     gb = int(tr.get("global_batch_size", -1))
