@@ -89,13 +89,19 @@ def recompute_stops_early(framework: str) -> bool:
     return "torchtitan" in f or any(k in f for k in ("jax", "maxtext", "paxml", "pax ", "levanter"))
 
 
+def names_async_tp(framework: str) -> bool:
+    """Whether a framework cell names PyTorch's async tensor parallelism ("async TP", ``async_tp``)."""
+    f = framework.lower()
+    return any(k in f for k in ("async tp", "async_tp", "async-tp"))
+
+
 def tp_overlap_passes(framework: str) -> str:
     """``plan.tp_overlap_passes`` of a stack's tensor-parallel overlap: PyTorch's async TP (torchtitan's
     ``--parallelism.enable_async_tensor_parallel``, micro-pipelined all-gather/reduce-scatter matmuls) hides the
     forward pass's collectives only; Transformer Engine's userbuffers (Megatron-Core, NeMo) hide every pass's. A
     fact of the stack, not of the row; used by the validation and by the exporters (cosearch.frameworks)."""
     f = framework.lower()
-    pytorch_async = "torchtitan" in f or any(k in f for k in ("async tp", "async_tp", "async-tp"))
+    pytorch_async = "torchtitan" in f or names_async_tp(f)
     return "forward" if pytorch_async and not megatron_core_stack(f) else "all"
 
 

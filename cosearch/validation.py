@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from ._cells import (_num, _recompute, _stated, causal_flops_count, gpu_id, hybrid_shard_group, legacy_megatron,
-                     megatron_core_stack, precision_of, stack_plan_facts, stack_training_facts, tp_overlap_passes,
-                     pipeline_split_default, pipelined_zero, zero_stage)
+                     megatron_core_stack, names_async_tp, pipeline_split_default, pipelined_zero, precision_of,
+                     stack_plan_facts, stack_training_facts, tp_overlap_passes, zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
 from .hardware import peak_tflops
@@ -220,7 +220,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     # unstated recompute is tuned like any unstated knob; Megatron-LM's 2019-2021 examples always checkpointed
     recomputes = ([_recompute(stated_rc, row.source_id)] if stated_rc or row.source_id in {"S4", "S5"}
                   else ["none", "selective", "full"])
-    async_tp = any(k in framework for k in ("async tp", "async_tp", "async-tp"))
+    async_tp = names_async_tp(framework)
     passes = tp_overlap_passes(framework)
     out = []
     for mb, v, rc in itertools.product(mbs, vpps, recomputes):
