@@ -211,8 +211,10 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
     vpps = [int(row.vpp)] if _num(row.vpp) else ([1, 2, 3, 4, 6, 8] if pp > 1 else [1])
     cp = int(_num(row.cp) or 1)
     # a pipelined torchtitan row that states no split runs torchtitan's (micro-batches = stages), not a tuned one
-    split = (None if _num(row.micro_batch_size) else pipeline_split_default(
-        framework, pp, int(_num(row.vpp) or 0) or None, int(row.global_batch_size) * tp * pp * cp // int(row.num_gpus)))
+    split = None
+    if not _num(row.micro_batch_size):
+        local_batch = int(row.global_batch_size) * tp * pp * cp // int(row.num_gpus)  # sequences per data-parallel rank
+        split = pipeline_split_default(framework, pp, int(row.vpp) if _num(row.vpp) else None, local_batch)
     if split:
         vpps, mbs = [split[0]], [split[1]]
     zero = pipelined_zero(zero, pp, framework)

@@ -83,10 +83,10 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     if pl.tp_comm_overlap and pl.tp > 1 and t.fusion == "eager":  # the plan would be estimated with an overlap it never gets
         raise refuse("plan.tp_comm_overlap", "torchtitan's async TP (enable_async_tensor_parallel) runs only under "
                      "torch.compile; with training.fusion: eager use false, or set fusion: fused")
-    loss = "fused" if t.fusion == "fused" else "eager"  # compile = true compiles the loss with the model
-    if t.cross_entropy != loss:  # the plan's memory would count a loss torchtitan does not run
-        raise refuse("training.cross_entropy", f"{t.cross_entropy}: torchtitan's loss runs {loss} with training.fusion: "
-                     f"{t.fusion} (torch.compile compiles the loss with the model); set {loss}")
+    # compile = true compiles the loss with the model: the loss runs as the fusion does (fused | eager both ways)
+    if t.cross_entropy != t.fusion:  # the plan's memory would count a loss torchtitan does not run
+        raise refuse("training.cross_entropy", f"{t.cross_entropy}: torchtitan's loss runs {t.fusion} with "
+                     f"training.fusion: {t.fusion} (torch.compile compiles the loss with the model); set {t.fusion}")
     schedule = _SCHEDULES.get(schedule_name(pl.schedule, pl.interleave)) if pl.pp > 1 else None
     if pl.pp > 1 and schedule is None:
         raise refuse("plan.schedule", {
