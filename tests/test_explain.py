@@ -120,6 +120,23 @@ def test_cli_explain_human_and_json(tmp_path, capsys, monkeypatch):
     assert data["limits"]["limiter"] == "bubble" and data["suggestion"]["scenario"]["plan"]
 
 
+def test_cli_explain_gpu_without_a_price(tmp_path, capsys, monkeypatch):
+    """A GPU the catalog has no price for (h800) leaves the cost unknown: the human view prints "$-"
+    where the cost goes (it raised a TypeError on None before), and the JSON carries null."""
+    import yaml
+
+    from cosearch.cli import main
+
+    monkeypatch.setenv("COLUMNS", "120")
+    path = tmp_path / "h800.yaml"
+    path.write_text(yaml.safe_dump(_with(cluster={"gpu": "h800", "gpus": 1024})))
+    assert main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "$- per step" in out and "where the memory goes" in out
+    assert main(["explain", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["estimate"]["cost_usd_per_step"] is None
+
+
 def test_cli_explain_bad_input_is_one_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("model: gpt3-175b\ntraining: {global_batch: 8}\ncluster: {gpu: nope, gpus: 8}\n")

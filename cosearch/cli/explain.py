@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ._console import console
 from ..explain import explain
-from .estimate import band_text, cluster_text, deeppool_rows, load_profile, plan_text
+from .estimate import _fmt, band_text, cluster_text, deeppool_rows, load_profile, plan_text
 
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 _BAR_WIDTH = 32
@@ -74,8 +74,9 @@ def render(x: dict, console: Console) -> None:
     console.print(
         f"step {r['step_time_s']:.4g} s{band_text(r, 'step_time_interval_s', '.3g', ' s')}   "
         f"{r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f} %   "
-        f"${r['cost_usd_per_step']:,.2f} per step"
-        + (f"   {r['time_to_train_days']:,.1f} days, ${r['cost_to_train_usd']:,.0f} to train" if r["time_to_train_days"] else "")
+        f"${_fmt(r['cost_usd_per_step'], ',.2f')} per step"
+        + (f"   {r['time_to_train_days']:,.1f} days, ${_fmt(r['cost_to_train_usd'], ',.0f')} to train"
+           if r["time_to_train_days"] else "")
     )
 
     for label, text in deeppool_rows(r):  # DeepPool burst / multiplexing (cosearch.model.burst)
