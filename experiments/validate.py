@@ -284,11 +284,11 @@ MOE_REASONS = {
          "windows at 0.25-0.40 of a full layer) would add about 4 % charged as measured (the head-width factor and "
          "tile-counted windows now charge about 2 of it). Eager PyTorch's unfused "
          "memory-bound kernels cost 12 % on one H100 (experiments/gpu/measure_step.py); the rest is not explained",
-    367: "DeepSeek-V3's own run on 2,048 H800 (DualPipe, DeepEP, fp8 GEMMs): the model's compute alone (20.8 s) is "
-         "already over the measured 19.9 s step, so its fp8 expert and MLA GEMMs are charged slower than DeepSeek's "
-         "kernels ran; under the paired overlap its 16-bit combine outlasts the attention it pairs with (about 2 s "
-         "shows) and the hidden transfers cost their 20 SMs, though DeepSeek reports the all-to-all fully hidden; "
-         "the stated plan is also predicted at 79.9 GiB against 76.1 usable (its RMSNorm recompute is not modelled)",
+    367: "DeepSeek-V3's own run on 2,048 H800 (DualPipe, DeepEP, fp8 GEMMs): +7 % against a run average (batch "
+         "ramp, restarts and evaluation included, so the real step was shorter); the compute paces at DualPipe's "
+         "end-rank pair (stages 0 and 15, the output head and MTP among them), and under the paired overlap its "
+         "16-bit combine outlasts the attention it pairs with, though DeepSeek reports the all-to-all fully hidden; "
+         "the stated plan is predicted at 79.9 GiB against 76.1 usable (its RMSNorm recompute is not modelled)",
     333: "Qwen3-235B-A22B fp8 on 64 B200 (PP 8, VP 2, EP 8, micro-batch 1, GA 128): its twin with full recompute "
          "(row 342, same recipe) measured 20 % faster than this row without recompute, so no recompute cost fits "
          "both; many micro-batches of 4k tokens, per-layer MoE host costs beyond the expert GEMM launches not modelled",

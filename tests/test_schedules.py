@@ -119,6 +119,35 @@ def test_dualpipe_holds_two_parameter_copies_by_hand():
     assert dual["memory_gib"] > f1["memory_gib"]
 
 
+def test_dualpipe_and_zb_v_pace_pairs_the_end_stages_by_hand():
+    """Per micro-batch, in layer units (layer = 1 s), heads = the output layer(s) on the last stage.
+    DeepSeek-V3's split: 62 layers (61 + MTP) on p = 16, 4 on the fullest rank, 3 on the first and the last,
+    heads 2.2. 1F1B paces at the last stage, 3 + 2.2 = 5.2; DualPipe's rank 0 runs stage 0 for half the
+    micro-batches and stage 15 for the other half, (3 + 3 + 2.2) / 2 = 4.1 > the middle ranks' 4."""
+    one_f_one_b = 5.2
+    assert sch.paced_stage_s(sch.DUALPIPE, 16.0, 4.0, 3.0, 3.0, 1.0, 2.2, one_f_one_b) == pytest.approx(4.1)
+    assert sch.paced_stage_s(sch.ONE_F_ONE_B, 16.0, 4.0, 3.0, 3.0, 1.0, 2.2, one_f_one_b) == one_f_one_b
+    assert sch.paced_stage_s(sch.ZB_H1, 16.0, 4.0, 3.0, 3.0, 1.0, 2.2, one_f_one_b) == one_f_one_b
+    assert sch.paced_stage_s(float("nan"), 16.0, 4.0, 3.0, 3.0, 1.0, 2.2, one_f_one_b) == one_f_one_b
+    # light heads: the middle ranks pace DualPipe, (3 + 3 + 0.5) / 2 = 3.25 < 4
+    assert sch.paced_stage_s(sch.DUALPIPE, 16.0, 4.0, 3.0, 3.0, 1.0, 0.5, 4.5) == pytest.approx(4.0)
+    # p = 2: both ranks hold both stages (no middle rank): (3 + 4 + 1) / 2 = 4
+    assert sch.paced_stage_s(sch.DUALPIPE, 2.0, 4.0, 3.0, 4.0, 1.0, 1.0, 5.0) == pytest.approx(4.0)
+    # ZB-V (2 chunks a rank): rank 0 holds chunks 0 and 2p-1, both a layer short: 4 + 4 - 4 - ... = 2 + heads
+    assert sch.paced_stage_s(sch.ZB_V, 4.0, 4.0, 3.0, 3.0, 1.0, 1.5, 5.5) == pytest.approx(4.0)   # max(4, 3.5)
+    assert sch.paced_stage_s(sch.ZB_V, 4.0, 4.0, 3.0, 3.0, 1.0, 3.0, 7.0) == pytest.approx(5.0)   # 2 + 3
+
+
+@pytest.mark.parametrize("pp,n_stage,n_first,n_last,heads", [(16, 4, 3, 3, 2.2), (8, 10, 10, 10, 1.2), (4, 8, 7, 7, 0.3),
+                                                             (2, 12, 11, 12, 1.0)])
+def test_dualpipe_pace_between_the_mean_rank_and_1f1b(pp, n_stage, n_first, n_last, heads):
+    """No rank can beat the mean work per rank (every layer and the heads once per micro-batch, spread over p
+    ranks), and pairing never makes the pace slower than 1F1B's last stage with its heads."""
+    layers = n_first + n_last + (pp - 2) * n_stage
+    pace = sch.paced_stage_s(sch.DUALPIPE, float(pp), n_stage, n_first, n_last, 1.0, heads, n_stage + heads)
+    assert (layers + heads) / pp - 1e-12 <= pace <= n_stage + heads
+
+
 def test_activation_memory_per_schedule():
     # dp 64, microbatch 1: m = 1536 / 64 = 24 >= 2p for p = 4 (DualPipe's rule)
     cols = _cols(interleave=1, pp=4, tp=4, dp=64, recompute="full")

@@ -323,12 +323,18 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         z3 = (zero >= 3) & ((zg > 1) | ((ext.edp > 1) & (experts_stage > 0)))
     c_f = n_stage * layer_f + logits_f
     c_b = n_stage * layer_b + logits_b
+    heads_f, heads_b = logits_f, logits_b  # what the last stage runs beyond its layers
     if any_mtp:  # the last stage also runs each MTP module's [h; h] -> h projection and output head: the
         # slowest stage is the fullest one (charged the logits as always) or the last with all its heads
         mtp_proj = kern.gemm_time_s(tok, h, 2.0 * h, gemm16_Fps, hbm_Bps, t0)
         has = mtp > 0  # (selected, not multiplied by 0: a row without MTP keeps its value even where it is inf)
-        c_f = ops.where(has, ops.maximum(c_f, n_last * layer_f + (1.0 + mtp) * logits_f + mtp * mtp_proj), c_f)
-        c_b = ops.where(has, ops.maximum(c_b, n_last * layer_b + (1.0 + mtp) * logits_b + 2.0 * mtp * mtp_proj), c_b)
+        heads_f = ops.where(has, (1.0 + mtp) * logits_f + mtp * mtp_proj, logits_f)
+        heads_b = ops.where(has, (1.0 + mtp) * logits_b + 2.0 * mtp * mtp_proj, logits_b)
+        c_f = ops.where(has, ops.maximum(c_f, n_last * layer_f + heads_f), c_f)
+        c_b = ops.where(has, ops.maximum(c_b, n_last * layer_b + heads_b), c_b)
+    if split_bwd:  # DualPipe and ZB-V pair each end stage with another on one rank (schedules.py)
+        c_f = sch.paced_stage_s(sched, pp, n_stage, n_first, n_last, layer_f, heads_f, c_f)
+        c_b = sch.paced_stage_s(sched, pp, n_stage, n_first, n_last, layer_b, heads_b, c_b)
     c_r = n_stage * layer_r
     tp_mb = n_stage * (tp_layer_f + tp_layer_b)
     cp_mb = n_stage * (cp_layer_f + cp_layer_b)

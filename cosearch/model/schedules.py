@@ -90,6 +90,27 @@ def wgrad_activation_bytes(seq_local, micro, hidden_rep, hidden_local, kv_local,
     return seq_local * micro * (inputs + grads)
 
 
+def paced_stage_s(schedule, pp, n_stage, n_first, n_last, layer_s, heads_s, one_f_one_b_s):
+    """Compute time per micro-batch (one direction: forward or backward) on the rank that paces the pipeline.
+
+    ``one_f_one_b_s``: the 1F1B family's value (the fullest stage plus the output heads, or the last stage
+    with all its heads where MTP makes that slower), kept for 1F1B, interleaved and ZB-H1, whose ranks each
+    hold one stage. The other two layouts put both ends of the model on the same ranks, as their parameters
+    already are (:func:`rank_params`):
+    DualPipe rank i runs stage i for the micro-batches fed from one end and stage p-1-i for those fed from the
+    other, half each (DeepSeek-V3 sec. 3.2.1: "the shallowest layers (including the embedding layer) and deepest
+    layers (including the output head) ... on the same PP rank"), so the end ranks average the first and last
+    stage, ((n_first + n_last) layers + heads) / 2, and the middle ranks (p > 2) run ``n_stage`` layers.
+    ZB-V rank 0 holds chunks 0 and 2p-1 and every micro-batch passes both (Qi et al. sec. 6): the two ends' layer
+    deficits both land there, (n_first + n_last - n_stage) layers + heads; the other ranks ``n_stage`` layers.
+    """
+    mid = n_stage * layer_s
+    ends = 0.5 * ((n_first + n_last) * layer_s + heads_s)
+    dual = ops.where(pp > 2, ops.maximum(mid, ends), ends)
+    zb_v = ops.maximum(mid, (n_first + n_last - n_stage) * layer_s + heads_s)
+    return ops.select([(schedule == DUALPIPE) & (pp > 1), schedule == ZB_V], [dual, zb_v], one_f_one_b_s)
+
+
 def rank_params(schedule, pp, tied, params_first, params_last, params_mid, emb_local):
     """Parameters on the first, last and a middle pipeline rank under the schedule's layout.
 
