@@ -24,7 +24,7 @@ OUT = HERE / "results" / "moe_worked_example.json"
 CLUSTERS = (("h800", 2048), ("b200", 1024))
 KERNELS = ("grouped", "per_expert")
 SHOW = ("tp", "pp", "ep", "etp", "microbatch", "recompute", "capacity_factor", "moe_a2a_overlap", "moe_dispatcher",
-        "moe_fp8_dispatch", "recompute_mla_up_proj")  # the knobs of the space; the kernel is fixed per run
+        "moe_fp8_dispatch", "recompute_mla_up_proj", "schedule", "interleave")  # the space's knobs; the kernel is fixed per run
 
 
 def _plain(v):

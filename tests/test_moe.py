@@ -324,7 +324,9 @@ def test_bad_moe_model_fields_are_one_line_errors(model, field):
 def test_shipped_deepseek_v3_space_searches_ep_and_finds_feasible_plans():
     space = load_space(ROOT / "searchspaces" / "moe-deepseek-v3.yaml")
     paths = {d.path for d in space.dims}
-    assert {"plan.ep", "plan.etp", "plan.capacity_factor", "cluster.gpu"} <= paths
+    assert {"plan.ep", "plan.etp", "plan.capacity_factor", "plan.schedule", "cluster.gpu"} <= paths
+    schedules = next(d for d in space.dims if d.path == "plan.schedule").choices
+    assert {"1f1b", "zb-h1", "zb-v", "dualpipe"} <= set(schedules)
     gpus = next(d for d in space.dims if d.path == "cluster.gpu").choices
     assert "h800" in gpus and "b200" in gpus
     rows = random_rows(space, 400, seed=1)

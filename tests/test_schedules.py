@@ -148,6 +148,25 @@ def test_dualpipe_pace_between_the_mean_rank_and_1f1b(pp, n_stage, n_first, n_la
     assert (layers + heads) / pp - 1e-12 <= pace <= n_stage + heads
 
 
+@pytest.mark.parametrize("model,pp", [("deepseek-v3", 16), ("deepseek-v3", 4), ("gpt3-175b", 8)])
+def test_dualpipe_compute_never_exceeds_1f1b_on_the_same_plan(model, pp):
+    """Same plan, same layers per stage: pairing stage i with p-1-i can only move the output head's share off
+    the pacing rank, so DualPipe's compute per step is at most 1F1B's, and strictly less where the last stage
+    carries heads beyond a full stage (DeepSeek-V3: 61 layers + MTP on 16 stages, 3 on the last one + heads)."""
+    sc = {"model": model, "training": {"global_batch": 2048, "precision": "bf16"},
+          "cluster": {"gpu": "h200", "gpus": 1024},
+          "plan": {"tp": 1, "pp": pp, "microbatch": 1, "recompute": "full", "zero": 1}}
+    if model == "deepseek-v3":
+        sc["plan"]["ep"] = 64
+    comp = {}
+    for schedule in ("1f1b", "dualpipe"):
+        sc["plan"]["schedule"] = schedule
+        comp[schedule] = estimate(copy.deepcopy(sc))["breakdown_s"]["compute"]
+    assert comp["dualpipe"] <= comp["1f1b"] * (1 + 1e-12)
+    if model == "deepseek-v3" and pp == 16:
+        assert comp["dualpipe"] < 0.9 * comp["1f1b"]
+
+
 def test_activation_memory_per_schedule():
     # dp 64, microbatch 1: m = 1536 / 64 = 24 >= 2p for p = 4 (DualPipe's rule)
     cols = _cols(interleave=1, pp=4, tp=4, dp=64, recompute="full")
