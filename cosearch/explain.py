@@ -265,8 +265,9 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
         for k in r["breakdown_s"]
     ]
     usable = r["usable_memory_gib"]
-    mem_parts = [
-        {"part": k, "gib": r["memory_breakdown_gib"][k] or 0.0, "share_of_usable": (r["memory_breakdown_gib"][k] or 0.0) / usable}
+    mem_parts = [  # no share where nothing is usable (an HBM override under the reserved memory)
+        {"part": k, "gib": r["memory_breakdown_gib"][k] or 0.0,
+         "share_of_usable": (r["memory_breakdown_gib"][k] or 0.0) / usable if usable > 0 else None}
         for k in r["memory_breakdown_gib"]
     ]
     links = _links(cols)

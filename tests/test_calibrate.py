@@ -113,3 +113,11 @@ def test_calibrate_cli_subprocess_exit_code(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cosearch", "calibrate", str(tmp_path / "missing.csv"), "--out", "x.yaml"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "missing.csv" in r.stderr
+
+
+def test_negative_seed_is_a_one_line_error(tmp_path, capsys):
+    """numpy's generators take no negative seed: `--seed -5` is refused naming the flag (it raised a numpy
+    ValueError from the fold assignment before)."""
+    rc, _, err = run_cli(capsys, "calibrate", str(PUBLISHED), "--out", str(tmp_path / "p.yaml"), "--seed", "-5")
+    assert rc == 2 and err.startswith("error: --seed") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p.yaml").exists()

@@ -137,6 +137,23 @@ def test_cli_explain_gpu_without_a_price(tmp_path, capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out)["estimate"]["cost_usd_per_step"] is None
 
 
+def test_cli_explain_with_nothing_usable(tmp_path, capsys, monkeypatch):
+    """An HBM override under the reserved memory leaves 0 GiB usable: the plan does not fit, the memory
+    shares have no value ("-" in the table, null in JSON) instead of a ZeroDivisionError."""
+    import yaml
+
+    from cosearch.cli import main
+
+    monkeypatch.setenv("COLUMNS", "120")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(_with(cluster={"gpu": "a100-80gb", "gpus": 1024, "hbm_gib": 1})))
+    assert main(["explain", str(path)]) == 0
+    assert "DOES NOT FIT" in capsys.readouterr().out
+    assert main(["explain", str(path), "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["memory"]
+    assert m["usable_gib"] == 0 and not m["fits"] and all(p["share_of_usable"] is None for p in m["parts"])
+
+
 def test_cli_explain_bad_input_is_one_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("model: gpt3-175b\ntraining: {global_batch: 8}\ncluster: {gpu: nope, gpus: 8}\n")

@@ -199,7 +199,9 @@ def test_valid_values_still_accepted():
 
 def test_profile_numbers(tmp_path):
     cases = {"matmul_scale: .inf": "finite", "gemm_overhead_s: 1e308": "out of range", "hbm_efficiency: true": "boolean",
-             "network_latency_s: .nan": "finite", "hbm_reserved_gib: 1.0e+9": "out of range"}
+             "network_latency_s: .nan": "finite", "hbm_reserved_gib: 1.0e+9": "out of range",
+             # a rate near zero made estimate print "inf" bands and costs, and explain fail on NaN bars
+             "matmul_scale: 1.0e-300": "greater than or equal to 0.01", "hbm_efficiency: 1.0e-320": "0.01"}
     for line, word in cases.items():
         p = tmp_path / "p.yaml"
         p.write_text(f"profile:\n  {line}\n")
@@ -209,6 +211,19 @@ def test_profile_numbers(tmp_path):
                  "gpus: [8, 64], seq_len: [2048, 2048]}\n")
     with pytest.raises(CosearchError, match="params_b"):
         read_profile_file(p)
+
+
+def test_rates_at_their_floor_still_give_finite_answers():
+    """Every rate fraction at :data:`RATE_FLOOR` at once: a slow GPU, but every number of the estimate finite."""
+    from cosearch.model.profile import RATE_FLOOR, Profile
+
+    rates = {k: RATE_FLOOR for k, f in Profile.model_fields.items()
+             if any(getattr(m, "ge", None) == RATE_FLOOR for m in f.metadata)}
+    assert {"matmul_scale", "hbm_efficiency", "network_efficiency"} <= set(rates)
+    r = estimate(load_scenario(ROOT / "examples" / "gpt3-175b.yaml"), Profile(**rates))
+    base = estimate(load_scenario(ROOT / "examples" / "gpt3-175b.yaml"))
+    assert math.isfinite(r["step_time_s"]) and r["step_time_s"] > 10 * base["step_time_s"]
+    assert all(math.isfinite(x) for x in r["step_time_interval_s"])
 
 
 def test_measured_csv_numbers(tmp_path):

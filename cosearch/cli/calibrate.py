@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     params = _params(args.params)
     if args.folds < 2:
         raise CosearchError("--folds", f"must be at least 2 (got {args.folds})")
+    if args.seed < 0:  # numpy's generators take no negative seed
+        raise CosearchError("--seed", f"must be 0 or more (got {args.seed})")
     base = _base(args.base)
     cands, fmt = load_measured(args.measured)
     fit, report = calibrate(cands, params, base, folds=args.folds, seed=args.seed, by_source=(fmt == "published"))

@@ -102,10 +102,13 @@ def render(x: dict, console: Console) -> None:
     mt.add_column("part"); mt.add_column("GiB", justify="right"); mt.add_column("of usable", justify="right")
     mt.add_column("", min_width=_BAR_WIDTH, no_wrap=True)
     for p in m["parts"]:
-        mt.add_row(p["part"], f"{p['gib']:.2f}", _pct(p["share_of_usable"]), bar(p["share_of_usable"], style="blue"))
-    total_frac = m["total_gib"] / m["usable_gib"]
+        share = p["share_of_usable"]
+        mt.add_row(p["part"], f"{p['gib']:.2f}", "-" if share is None else _pct(share),
+                   bar(1.0 if share is None else share, style="blue"))
+    total_frac = m["total_gib"] / m["usable_gib"] if m["usable_gib"] > 0 else float("inf")
     fit = Text("fits", style="green") if m["fits"] else Text("DOES NOT FIT", style="bold red")
-    mt.add_row(Text("total", style="bold"), Text(f"{m['total_gib']:.2f}", style="bold"), _pct(total_frac),
+    mt.add_row(Text("total", style="bold"), Text(f"{m['total_gib']:.2f}", style="bold"),
+               _pct(total_frac) if m["usable_gib"] > 0 else "-",
                bar(total_frac, style="green" if m["fits"] else "red") + Text("  ") + fit)
     console.print(mt)
 

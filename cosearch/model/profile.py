@@ -18,6 +18,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 
+#: Floor of every rate fraction below: a rate under 1 % of its datasheet value is no working GPU, and
+#: near zero it only turns step times into inf (a profile is refused instead).
+RATE_FLOOR = 0.01
+
+
 class Profile(BaseModel):
     """Achievable fractions of datasheet rates and fixed latencies."""
 
@@ -27,24 +32,24 @@ class Profile(BaseModel):
     #: ``t = t0 + max(F/(eta*peak), bytes/bw)`` to experiments/data/measurements/h100/gemm.csv (experiments/fit_gemm.py).
     gemm_overhead_s: float = Field(19e-6, ge=0)
     #: Scale on each GPU's catalog matmul efficiency (1.0 = as measured / catalogued).
-    matmul_scale: float = Field(1.0, gt=0, le=1.5)
+    matmul_scale: float = Field(1.0, ge=RATE_FLOOR, le=1.5)
     #: Flash-attention throughput relative to the GPU's large-GEMM throughput. FlashAttention-2
     #: (Dao 2023, Fig. 5-7) reaches 50-73 % of A100 peak forward and about 60 % backward, i.e. about
     #: 0.75 of a large GEMM; the causal mask halves the work and is accounted for separately.
-    flash_attention_relative: float = Field(0.75, gt=0, le=1.5)
+    flash_attention_relative: float = Field(0.75, ge=RATE_FLOOR, le=1.5)
     #: The 2023 Triton flash-attention kernel relative to FlashAttention-2: "FlashAttention-2 is
     #: 1.3-2.5x faster than FlashAttention in Triton" (Dao 2023, sec. 4.1); the geometric mid-point 1.8.
-    triton_attention_relative: float = Field(1.0 / 1.8, gt=0, le=1.0)
+    triton_attention_relative: float = Field(1.0 / 1.8, ge=RATE_FLOOR, le=1.0)
     #: Achieved fraction of HBM bandwidth in memory-bound kernels (norms, activations, optimizer).
     #: A device-to-device copy on the measured H100 moved 3.00 of 3.35 TB/s (gemm.csv README).
     #: Measured device-to-device copies: H100 2.98 of 3.35 TB/s, H200 3.93 of 4.8 (results/gpu/gemm_*.csv).
-    hbm_efficiency: float = Field(0.85, gt=0, le=1.0)
+    hbm_efficiency: float = Field(0.85, ge=RATE_FLOOR, le=1.0)
     #: NCCL bus bandwidth over NVLink as a fraction of the per-direction link rate (nccl-tests on
     #: DGX A100: ~230 of 300 GB/s; DGX H100: ~360-370 of 450 GB/s).
-    nvlink_efficiency: float = Field(0.78, gt=0, le=1.0)
+    nvlink_efficiency: float = Field(0.78, ge=RATE_FLOOR, le=1.0)
     #: NCCL bus bandwidth over the scale-out network as a fraction of NIC line rate (nccl-tests
     #: issues #119, #175: 85-96 of 100 GB/s per node on 4x HDR; 86 of 100 GB/s).
-    network_efficiency: float = Field(0.85, gt=0, le=1.0)
+    network_efficiency: float = Field(0.85, ge=RATE_FLOOR, le=1.0)
     #: Per-step latency of a collective hop inside the NVLink domain / across the network, seconds.
     nvlink_latency_s: float = Field(4e-6, ge=0)
     network_latency_s: float = Field(10e-6, ge=0)
@@ -67,7 +72,7 @@ class Profile(BaseModel):
     #: FP8 GEMM efficiency relative to the bf16 efficiency: measured fp8/bf16 throughput of
     #: torch._scaled_mm vs matmul on H100 and H200 is 1.80x for a 2x peak (results/gpu/gemm_*.csv).
     #: Casting activations to fp8 is charged separately as memory traffic.
-    fp8_matmul_relative: float = Field(0.90, gt=0, le=1.0)
+    fp8_matmul_relative: float = Field(0.90, ge=RATE_FLOOR, le=1.0)
 
 
 def _published_profile() -> "Profile":
