@@ -38,6 +38,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from ._files import read_text
 from .errors import CosearchError
 from .hf_moe import MAPPED as MOE_MAPPED, moe_fields, text_config
 from .model.window import global_every
@@ -56,26 +57,29 @@ MOE_REASON = "this mixture-of-experts family is not mapped (mapped: " + ", ".joi
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
-    """The JSON object of a local ``config.json`` (or of ``<dir>/config.json``); one-line errors."""
+    """The JSON object of a local ``config.json`` (or of ``<dir>/config.json``); one-line errors.
+
+    Read through :func:`cosearch._files.read_text`: a FIFO, device, binary or oversized file is
+    refused before or while reading (never a hang), and nesting too deep for the JSON decoder is an
+    error, not a RecursionError."""
     p = Path(path).expanduser()
-    if p.is_dir():
-        p = p / "config.json"
     try:
-        with p.open("rb") as fh:
-            blob = fh.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise CosearchError(FIELD, f"cannot read {str(p)!r} ({err.strerror or err}); "
-                            "give a local config.json or its directory (nothing is downloaded)") from None
-    if len(blob) > MAX_BYTES:
-        raise CosearchError(FIELD, f"{str(p)!r} is larger than {MAX_BYTES >> 10} KiB; not a model config.json")
-    try:
-        text = blob.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CosearchError(FIELD, f"{str(p)!r} is not UTF-8 text") from None
+        if p.is_dir():
+            p = p / "config.json"
+        text = read_text(p, MAX_BYTES)
+    except (CosearchError, OSError, ValueError) as err:  # OSError/ValueError: a name too long or with a NUL
+        why = err.message if isinstance(err, CosearchError) else \
+            f"cannot read file ({getattr(err, 'strerror', None) or err})"
+        raise CosearchError(FIELD, f"{str(p)!r}: {why}; give a local config.json (no larger than "
+                            f"{MAX_BYTES >> 10} KiB) or its directory (nothing is downloaded)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise CosearchError(FIELD, f"{str(p)!r} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    except RecursionError:
+        raise CosearchError(FIELD, f"{str(p)!r} is not a model config.json (JSON nested too deeply)") from None
+    except ValueError:  # an integer of thousands of digits (Python's int-from-text limit)
+        raise CosearchError(FIELD, f"{str(p)!r} is not a model config.json (a number too long to read)") from None
     if not isinstance(data, dict):
         raise CosearchError(FIELD, f"{str(p)!r} holds a JSON {type(data).__name__}, expected an object")
     return data

@@ -47,6 +47,26 @@ MAPPED = ("mixtral",) + QWEN_MOE + DEEPSEEK + ("gpt_oss", "llama4", "llama4_text
 Count = Callable[..., int]
 
 
+def max_layers() -> int:
+    """The largest ``model.layers`` a scenario takes (the bound of :class:`cosearch.scenario.ModelSpec`;
+    imported late because cosearch.scenario imports this module through :mod:`cosearch.hf`)."""
+    from annotated_types import Le
+
+    from .scenario import ModelSpec
+
+    return next(m.le for m in ModelSpec.model_fields["layers"].metadata if isinstance(m, Le))
+
+
+def check_layers(layers: int, field: str, what: str = "") -> int:
+    """``layers`` if within :func:`max_layers`, else a one-line error naming ``field`` (``what``: the
+    key it came from). Readers call it before any per-layer loop or list, so that a claim of 10**13
+    layers is refused at once."""
+    limit = max_layers()
+    if layers > limit:
+        raise CosearchError(field, f"{what}{layers:_} layers; a model has at most {limit:_} (model.layers)")
+    return layers
+
+
 def _layer_list(cfg: Mapping[str, Any], key: str, layers: int) -> list[int] | None:
     v = cfg.get(key)
     if v is None:
@@ -108,7 +128,7 @@ def moe_fields(cfg: Mapping[str, Any], mtype: str, count: Count, flag: Callable[
     if heads % kv:
         raise CosearchError(FIELD, f"config.json key 'num_key_value_heads': {kv} does not divide "
                             f"num_attention_heads {heads}")
-    layers = count(cfg, "num_hidden_layers")
+    layers = check_layers(count(cfg, "num_hidden_layers"), FIELD, "config.json key 'num_hidden_layers': ")
     experts_key = {"qwen2_moe": "num_experts", "qwen3_moe": "num_experts"}.get(
         mtype, "n_routed_experts" if mtype in DEEPSEEK else "num_local_experts")
     experts, top_k = count(cfg, experts_key), count(cfg, "num_experts_per_tok")

@@ -63,14 +63,18 @@ The world size is torchrun's, not Megatron's: :func:`parse_args` takes the clust
 """
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any, Mapping
 
+from .._files import MAX_INT_DIGITS
 from ..errors import CosearchError
+from ..hf_moe import check_layers
 from ..model.moe import expert_tp
 from ..scenario import Scenario, parse_scenario
 from ._common import hybrid, layout, megatron_core_schedule, refuse
 from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe
+from .planin import cluster_gpus, whole
 
 VERSION = "Megatron-LM core_r0.14.0"
 
@@ -228,8 +232,18 @@ _UNSUPPORTED = {
 }
 
 
+def _split(args: str | list[str]) -> list[str]:
+    """The words of a command line as the shell splits them (an unbalanced quote is a one-line error)."""
+    if not isinstance(args, str):
+        return [str(a) for a in args]
+    try:
+        return shlex.split(args.replace("\\\n", " "))
+    except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
+        raise CosearchError("--megatron-args", f"cannot split the command line as a shell would ({err})") from None
+
+
 def _tokens(args: str | list[str]) -> dict[str, Any]:
-    toks = shlex.split(args.replace("\\\n", " ")) if isinstance(args, str) else list(args)
+    toks = _split(args)
     seen: dict[str, Any] = {}
     i = 0
     while i < len(toks):
@@ -269,22 +283,39 @@ _SWITCHES = {
 } | _MOE_SWITCHES
 
 
-def _int(seen: Mapping[str, Any], flag: str, default: int | None = None) -> int | None:
+def _int(seen: Mapping[str, Any], flag: str, default: int | None = None, least: int | None = None) -> int | None:
+    """The integer value of ``flag`` (``default`` when absent), at least ``least`` where given (parallel
+    degrees: 1, as Megatron-LM divides by them); a word, a switch without value or a number of more
+    than :data:`~cosearch._files.MAX_INT_DIGITS` digits is a one-line error naming the flag."""
     v = seen.get(flag)
     if v is None:
         return default
     try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise CosearchError(flag, f"expects an integer (got {v!r})") from None
+        if not isinstance(v, str) or len(v.strip()) > MAX_INT_DIGITS + 1:
+            raise ValueError(v)
+        n = int(v)
+    except ValueError:
+        raise CosearchError(flag, f"expects an integer of at most {MAX_INT_DIGITS} digits (got {v!r})") from None
+    return n if least is None else whole(n, flag, least)
 
 
-def _float(seen: Mapping[str, Any], flag: str, default: float) -> float:
+def _float(seen: Mapping[str, Any], flag: str, default: float, least: float = -math.inf,
+           most: float = math.inf) -> float:
+    """The number value of ``flag`` (``default`` when absent), finite and in ``least..most``: nan, inf,
+    a word or an out-of-range value (a dropout of 2) is a one-line error naming the flag."""
     v = seen.get(flag)
+    if v is None:
+        return default
     try:
-        return default if v is None else float(v)
-    except (TypeError, ValueError):
+        if not isinstance(v, str):
+            raise ValueError(v)
+        x = float(v)
+    except ValueError:
         raise CosearchError(flag, f"expects a number (got {v!r})") from None
+    if not (math.isfinite(x) and least <= x <= most):
+        where = "" if math.isinf(least) and math.isinf(most) else f" in {least:g}..{most:g}"
+        raise CosearchError(flag, f"expects a finite number{where} (got {v!r})")
+    return x
 
 
 def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) -> Scenario:
@@ -311,7 +342,8 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     if "--vocab-size" not in seen:
         raise CosearchError("--vocab-size", "required: Megatron-LM reads the vocabulary from the tokenizer, which "
                             "cosearch does not load; add --vocab-size N")
-    layers, hidden, heads = _int(seen, "--num-layers"), _int(seen, "--hidden-size"), _int(seen, "--num-attention-heads")
+    layers = check_layers(_int(seen, "--num-layers", least=1), "--num-layers")  # before per-layer lists
+    hidden, heads = _int(seen, "--hidden-size"), _int(seen, "--num-attention-heads")
     seq = _int(seen, "--seq-length")
     gated = "--swiglu" in seen
     ffn = _int(seen, "--ffn-hidden-size", int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden)
@@ -333,17 +365,17 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     if backend not in ("auto", "flash", "fused", "unfused", "local"):
         raise CosearchError("--attention-backend", f"unknown backend {backend!r}")
     attention = "standard" if backend in ("unfused", "local") else "flash"
-    dropout = _float(seen, "--attention-dropout", 0.1) > 0 or _float(seen, "--hidden-dropout", 0.1) > 0
+    dropout = max(_float(seen, f, 0.1, 0.0, 1.0) for f in ("--attention-dropout", "--hidden-dropout")) > 0
 
-    tp = _int(seen, "--tensor-model-parallel-size", 1)
-    pp = _int(seen, "--pipeline-model-parallel-size", 1)
-    cp = _int(seen, "--context-parallel-size", 1)
+    tp = _int(seen, "--tensor-model-parallel-size", 1, least=1)
+    pp = _int(seen, "--pipeline-model-parallel-size", 1, least=1)
+    cp = _int(seen, "--context-parallel-size", 1, least=1)
     interleave = 1
     if "--num-virtual-stages-per-pipeline-rank" in seen:
-        interleave = _int(seen, "--num-virtual-stages-per-pipeline-rank")
+        interleave = _int(seen, "--num-virtual-stages-per-pipeline-rank", least=1)
     elif "--num-layers-per-virtual-pipeline-stage" in seen:
-        per = _int(seen, "--num-layers-per-virtual-pipeline-stage")
-        if per <= 0 or layers % (pp * per):
+        per = _int(seen, "--num-layers-per-virtual-pipeline-stage", least=1)
+        if layers % (pp * per):
             raise CosearchError("--num-layers-per-virtual-pipeline-stage", f"{per} does not divide the "
                                 f"{layers / pp:g} layers per pipeline stage")
         interleave = layers // (pp * per)
@@ -379,19 +411,19 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
 
     cl = dict(cluster or {})
     if "gpus" not in cl and ("--nproc-per-node" in seen or "--nproc_per_node" in seen):
-        per_node = _int(seen, "--nproc-per-node", None) or _int(seen, "--nproc_per_node")
-        cl["gpus"] = per_node * _int(seen, "--nnodes", 1)
+        per_node = _int(seen, "--nproc-per-node" if "--nproc-per-node" in seen else "--nproc_per_node", least=1)
+        cl["gpus"] = per_node * _int(seen, "--nnodes", 1, least=1)
         cl.setdefault("gpus_per_node", per_node)
     if "gpu" not in cl:
         raise CosearchError("--gpu", "required: the GPU model is not in Megatron-LM's arguments (e.g. --gpu h100-sxm)")
     if "gpus" not in cl:
         raise CosearchError("--gpus", "required: the world size is the launcher's, not Megatron-LM's "
                             "(give --gpus N or a torchrun --nproc-per-node/--nnodes prefix)")
-    gpus = int(cl["gpus"])
+    gpus = cluster_gpus(cl)
     if gpus % (tp * pp * cp):
         raise CosearchError("--gpus", f"{gpus} GPUs are not a multiple of tp*pp*cp = {tp * pp * cp}")
     dp = gpus // (tp * pp * cp)
-    micro = _int(seen, "--micro-batch-size")
+    micro = _int(seen, "--micro-batch-size", least=1)
     plan: dict[str, Any] = {
         "tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave,
         "recompute": gran or "none", "sequence_parallel": "--sequence-parallel" in seen, "zero": zero,
@@ -400,12 +432,12 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     if mla_up:
         plan["recompute_mla_up_proj"] = True
     parse_moe(seen, model, plan, _int, _float)  # issue 15: MoE / MLA / head_dim flags (megatron_moe.py)
-    instances = _int(seen, "--num-distributed-optimizer-instances", 1)
+    instances = _int(seen, "--num-distributed-optimizer-instances", 1, least=1)
     if instances > 1:
         if dp % instances:
             raise CosearchError("--num-distributed-optimizer-instances", f"{instances} does not divide dp = {dp}")
         plan["zero_group"] = dp // instances
-    global_batch = _int(seen, "--global-batch-size", micro * dp)
+    global_batch = _int(seen, "--global-batch-size", micro * dp, least=1)
     training: dict[str, Any] = {"global_batch": global_batch, "precision": precision, "attention": attention,
                                 "dropout": dropout}
     moments = {str(seen.get(f, "fp32")) for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")}
@@ -415,7 +447,7 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
                                 "or both in 16 bits (--exp-avg-dtype and --exp-avg-sq-dtype bf16 or fp16)")
         training["optimizer_states"] = "bf16_moments"
     if "--train-samples" in seen:
-        training["tokens"] = float(_int(seen, "--train-samples") * seq)
+        training["tokens"] = float(_int(seen, "--train-samples", least=1) * seq)
     elif "--train-iters" in seen:
-        training["tokens"] = float(_int(seen, "--train-iters") * global_batch * seq)
+        training["tokens"] = float(_int(seen, "--train-iters", least=1) * global_batch * seq)
     return parse_scenario({"model": model, "training": training, "cluster": cl, "plan": plan})

@@ -48,6 +48,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
+from .._files import MAX_INT_DIGITS
 from ..errors import CosearchError
 from ..model.window import global_every
 
@@ -55,30 +56,34 @@ from ..model.window import global_every
 SWITCHES = {"--moe-grouped-gemm", "--moe-enable-deepep", "--moe-permute-fusion", "--multi-latent-attention"}
 #: Megatron-LM's default ``--moe-router-topk``.
 DEFAULT_TOPK = 2
-_TERM = re.compile(r"^\[\s*([01](?:\s*,\s*[01])*)\s*\](?:\s*\*\s*(\d+))?$")
+_TERM = re.compile(r"^\[\s*([01](?:\s*,\s*[01])*)\s*\](?:\s*\*\s*(\d{1,%d}))?$" % MAX_INT_DIGITS)
+_COUNT = re.compile(r"\d{1,%d}" % MAX_INT_DIGITS)
 
 Int = Callable[..., Any]
 
 
-def layer_pattern(value: Any, layers: int) -> list[int]:
-    """Megatron's ``--moe-layer-freq``: 1 for an MoE layer, 0 for a dense one, per layer."""
+def layer_pattern(value: Any, layers: int, flag: str = "--moe-layer-freq") -> list[int]:
+    """Megatron's ``--moe-layer-freq`` (or ``flag``, of the same form): 1 for an MoE layer, 0 for a
+    dense one, per layer. ``layers`` is within the model's bound (``hf_moe.check_layers``), and a
+    list's length is counted before it is built, so ``[1]*9999999999`` is refused, not allocated."""
     text = str(value).strip().strip("'\"").strip()
-    if re.fullmatch(r"\d+", text):
+    if _COUNT.fullmatch(text):
         k = int(text)
         if k <= 0:
-            raise CosearchError("--moe-layer-freq", f"expects a positive integer or a 0/1 list (got {value!r})")
+            raise CosearchError(flag, f"expects a positive integer or a 0/1 list (got {value!r})")
         return [1 if i % k == 0 else 0 for i in range(layers)]
     if text.startswith("(") and text.endswith(")"):
         text = text[1:-1]
-    pattern: list[int] = []
+    terms = []
     for term in text.split("+"):
         m = _TERM.match(term.strip())
         if m is None:
-            raise CosearchError("--moe-layer-freq", f"expects an integer or a list such as ([0]*3+[1]*58) (got {value!r})")
-        pattern += [int(x) for x in m.group(1).split(",")] * int(m.group(2) or 1)
-    if len(pattern) != layers:
-        raise CosearchError("--moe-layer-freq", f"lists {len(pattern)} layers, --num-layers is {layers}")
-    return pattern
+            raise CosearchError(flag, f"expects an integer or a list such as ([0]*3+[1]*58) (got {value!r})")
+        terms.append(([int(x) for x in m.group(1).split(",")], int(m.group(2) or 1)))
+    listed = sum(len(items) * times for items, times in terms)
+    if listed != layers:
+        raise CosearchError(flag, f"lists {listed:_} layers, --num-layers is {layers}")
+    return [x for items, times in terms for x in items * times]
 
 
 def _parse_window(seen: Mapping[str, Any], model: dict[str, Any], to_int: Int, layers: int) -> None:
@@ -90,18 +95,18 @@ def _parse_window(seen: Mapping[str, Any], model: dict[str, Any], to_int: Int, l
         return
     text = str(seen["--window-size"]).strip().strip("'\"()[] ")
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 2 or not all(re.fullmatch(r"-?\d+", p) for p in parts) or int(parts[0]) < 0:
+    if len(parts) != 2 or not all(re.fullmatch(r"-?\d{1,%d}" % MAX_INT_DIGITS, p) for p in parts) or int(parts[0]) < 0:
         raise CosearchError("--window-size", f"expects 'left,right' token counts such as 127,0 (got {seen['--window-size']!r})")
     left, right = int(parts[0]), int(parts[1])
     if right != 0:
         raise CosearchError("--window-size", f"right = {right}: only causal windows (right 0) are modelled")
     model["sliding_window"] = left + right + 1
     freq = seen.get("--window-attn-skip-freq")
-    if freq is not None and re.fullmatch(r"\d+", str(freq).strip().strip("'\"")):
+    if freq is not None and _COUNT.fullmatch(str(freq).strip().strip("'\"")):
         model["global_attention_every"] = to_int(seen, "--window-attn-skip-freq", None)
     elif freq is not None:
         # 1 marks a full-attention layer, as Megatron's skip pattern
-        every = global_every(layers, layer_pattern(freq, layers).count(1))
+        every = global_every(layers, layer_pattern(freq, layers, "--window-attn-skip-freq").count(1))
         if every is not None:
             model["global_attention_every"] = every
 
@@ -120,7 +125,7 @@ def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, An
                      qk_rope_head_dim=to_int(seen, "--qk-pos-emb-head-dim", 64), v_head_dim=to_int(seen, "--v-head-dim", 128))
     experts = to_int(seen, "--num-experts", 0)
     if not experts:
-        ep = to_int(seen, "--expert-model-parallel-size", 1)
+        ep = to_int(seen, "--expert-model-parallel-size", 1, least=1)
         if ep != 1:
             raise CosearchError("--expert-model-parallel-size", f"{ep} without --num-experts (a dense model has no experts)")
         return
@@ -155,8 +160,8 @@ def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, An
     groups, group_topk = to_int(seen, "--moe-router-num-groups", None), to_int(seen, "--moe-router-group-topk", None)
     if groups and groups > 1 and group_topk:
         model["routed_nodes_limit"] = group_topk
-    plan["ep"] = to_int(seen, "--expert-model-parallel-size", 1)
-    etp = to_int(seen, "--expert-tensor-parallel-size", None)
+    plan["ep"] = to_int(seen, "--expert-model-parallel-size", 1, least=1)
+    etp = to_int(seen, "--expert-tensor-parallel-size", None, least=1)
     if etp is not None and etp != plan["tp"]:
         plan["etp"] = etp
     if "--moe-expert-capacity-factor" in seen:

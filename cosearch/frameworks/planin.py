@@ -1,13 +1,44 @@
-"""Command-line options that build a scenario from an existing launch (``cosearch estimate``)."""
+"""Command-line options that build a scenario from an existing launch (``cosearch estimate``), and
+the integer check the launch readers (:mod:`.megatron`, :mod:`.torchtitan`) share."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-import yaml
-
+from .._files import YAML_MAX_BYTES, parse_yaml, read_text
 from ..errors import CosearchError
+
+#: Largest job TOML read (a torchtitan job config is a few KiB, as a scenario YAML).
+TOML_MAX_BYTES = YAML_MAX_BYTES
+
+
+def whole(value: Any, field: str, least: int = 1, most: int | None = None, also: tuple[int, ...] = ()) -> int:
+    """``value`` if it is an integer in ``least..most`` (or one of ``also``, e.g. torchtitan's -1, "the
+    rest"), else a one-line error naming ``field``: a bool, float, text, null or out-of-range number is
+    refused rather than truncated (``1.5``), coerced (``true``) or divided by (``0``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or (
+            value not in also and (value < least or (most is not None and value > most))):
+        allowed = f"an integer >= {least}" if most is None else f"an integer in {least}..{most:_}"
+        allowed += "".join(f" or {a}" for a in also)
+        got = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
+        raise CosearchError(field, f"expects {allowed} (got {got})")
+    return value
+
+
+def cluster_gpus(cluster: Mapping[str, Any]) -> int:
+    """``cluster.gpus`` as a positive integer within the scenario's bound (``ClusterSpec.gpus``)."""
+    from ..scenario import MAX_COUNT
+
+    return whole(cluster["gpus"], "cluster.gpus", most=MAX_COUNT)
+
+
+def _is_file(text: str) -> bool:
+    """Whether ``text`` names an existing file (False for inline YAML too long or odd for a path)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,10 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _cluster(args: argparse.Namespace) -> dict[str, Any]:
     cl: dict[str, Any] = {}
     if args.cluster:
-        path = Path(args.cluster)
         from ..scenario import read_yaml
 
-        data = read_yaml(path) if path.suffix in (".yaml", ".yml") or path.is_file() else yaml.safe_load(args.cluster)
+        inline = Path(args.cluster).suffix not in (".yaml", ".yml") and not _is_file(args.cluster)
+        data = parse_yaml(args.cluster, "--cluster") if inline else read_yaml(args.cluster)
         if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
             data = data["cluster"]  # a whole scenario file: take its cluster
         if not isinstance(data, dict):
@@ -60,9 +91,6 @@ def scenario_from_args(args: argparse.Namespace) -> Any:
 
             model = read_yaml(args.model)
             model = model.get("model", model) if isinstance(model, dict) else model
-        try:
-            text = Path(args.torchtitan_toml).read_text()
-        except OSError as err:
-            raise CosearchError("--torchtitan-toml", f"cannot read file ({err.strerror or err})") from None
+        text = read_text(args.torchtitan_toml, TOML_MAX_BYTES)  # a FIFO, device or binary file: refused
         return parse_toml(text, model, _cluster(args))
     return args.scenario

@@ -47,12 +47,16 @@ variant with one parameter copy, not DualPipe's two). The model architecture is 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+from .. import hf
 from .._cells import pipelined_zero, tp_overlap_passes
-from ..scenario import Scenario
+from ..errors import CosearchError
+from ..presets import preset
+from ..scenario import MAX_COUNT, Scenario, parse_scenario
 from ..model.schedules import schedule_name
 from ._common import hybrid, layout, refuse, train_steps
+from .planin import cluster_gpus, whole
 
 VERSION = "torchtitan v0.1.0"
 #: cosearch schedule -> torchtitan ``pipeline_parallel_schedule``
@@ -152,64 +156,116 @@ def export(sc: Scenario) -> str:
 
 
 # ----------------------------------------------------------------------------------- plan in
+#: fsdp_reshard_after_forward values of torchtitan (``Literal["default", "always", "never"]``).
+_RESHARD = ("default", "always", "never")
+
+
+def _table(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    """The ``[key]`` table of the TOML (empty when absent); ``parallelism = 5`` is a one-line error."""
+    v = doc.get(key, {})
+    if not isinstance(v, dict):
+        raise CosearchError(key, f"expects a TOML table [{key}] (got {type(v).__name__} {v!r})")
+    return v
+
+
+def _number(table: dict[str, Any], section: str, key: str, default: int, also: tuple[int, ...] = ()) -> int:
+    """An integer key of ``[section]``: >= 1 (or one of ``also``: torchtitan's -1 where it means "the
+    rest" or "derived"), within the scenario's counts (:data:`cosearch.scenario.MAX_COUNT`); a 0,
+    1.5, "x" or inf is a one-line error naming ``section.key``."""
+    return whole(table.get(key, default), f"{section}.{key}", most=MAX_COUNT, also=also)
+
+
+def _switch(table: dict[str, Any], section: str, key: str) -> bool:
+    """A true/false key of ``[section]`` (false when absent); text such as "false" is refused, not read as true."""
+    v = table.get(key, False)
+    if not isinstance(v, bool):
+        raise CosearchError(f"{section}.{key}", f"expects true or false (got {v!r})")
+    return v
+
+
+def _model(model: Any) -> dict[str, Any]:
+    """Model fields of ``--model``: a preset name, or a mapping of fields (``hf_config`` resolved)."""
+    if isinstance(model, str):
+        return preset(model)
+    if not isinstance(model, Mapping):
+        raise CosearchError("--model", f"expects a preset name or a mapping of model fields (got a {type(model).__name__})")
+    return hf.resolve_section(model) if "hf_config" in model else dict(model)
+
+
+def _parse(text: str) -> dict[str, Any]:
+    """The TOML document; malformed, too deeply nested or absurd-number text is a one-line error."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise CosearchError("--torchtitan-toml", f"malformed TOML: {err}") from None
+    except RecursionError:
+        raise CosearchError("--torchtitan-toml", "malformed TOML: nested too deeply") from None
+    except ValueError:  # an integer of thousands of digits (Python's int-from-text limit)
+        raise CosearchError("--torchtitan-toml", "malformed TOML: a number too long to read") from None
+
+
 def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     """A :class:`Scenario` from a torchtitan job TOML (the inverse of :func:`export`).
 
     torchtitan names its architecture (``[model] name/flavor``) instead of writing the shape,
     so ``model`` (a cosearch preset name or a model mapping) is required, as is the cluster
     (``gpu`` and ``gpus``). torchtitan defaults apply to absent keys (degrees 1, shard degree -1 =
-    the remaining GPUs, global batch = local batch x dp, activation checkpointing selective).
+    the remaining GPUs, global batch -1 = local batch x dp, activation checkpointing selective).
+    Every key read is checked (tables are tables, degrees and sizes integers >= 1): a bad value is a
+    one-line error naming ``section.key``.
     """
-    import tomllib
-
-    from ..errors import CosearchError
-    from ..presets import preset
-    from ..scenario import parse_scenario
-
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise CosearchError("--torchtitan-toml", f"malformed TOML: {err}") from None
-    m = preset(model) if isinstance(model, str) else dict(model)
+    doc = _parse(text)
+    m = _model(model)
     if "gpu" not in cluster or "gpus" not in cluster:
         raise CosearchError("--gpus" if "gpu" in cluster else "--gpu", "required with --torchtitan-toml (the TOML "
                             "does not name the GPU model or the world size)")
-    par, tr = doc.get("parallelism", {}), doc.get("training", {})
-    ac = doc.get("activation_checkpoint", {})
-    gpus = int(cluster["gpus"])
-    tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
-                                                "context_parallel_degree"))
-    rep = int(par.get("data_parallel_replicate_degree", 1))
-    shard = int(par.get("data_parallel_shard_degree", -1))
+    par, tr = _table(doc, "parallelism"), _table(doc, "training")
+    ac = _table(doc, "activation_checkpoint")
+    gpus = cluster_gpus(cluster)
+    tp, pp, cp = (_number(par, "parallelism", k, 1) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                                                               "context_parallel_degree"))
+    rep = _number(par, "parallelism", "data_parallel_replicate_degree", 1)
+    shard = _number(par, "parallelism", "data_parallel_shard_degree", -1, also=(-1,))  # -1: the remaining GPUs
     if shard == -1:
         shard = gpus // (rep * tp * pp * cp)
     dp = rep * shard
     if dp * tp * pp * cp != gpus:
         raise CosearchError("[parallelism]", f"degrees multiply to {dp * tp * pp * cp}, cluster has {gpus} GPUs")
+    reshard = par.get("fsdp_reshard_after_forward", "default")
+    if reshard not in _RESHARD:
+        raise CosearchError("parallelism.fsdp_reshard_after_forward", f"expects one of {', '.join(_RESHARD)} "
+                            f"(got {reshard!r})")
     if shard == 1:
         zero, group = 0, None
     else:  # under pipelining FSDP2 keeps parameters and gradients whole through the step (_cells.pipelined_zero)
-        zero = 2 if par.get("fsdp_reshard_after_forward", "default") == "never" else 3
+        zero = 2 if reshard == "never" else 3
         zero = pipelined_zero(zero, pp, "torchtitan")
         group = shard if rep > 1 else None
-    local = int(tr.get("local_batch_size", 8))
-    gb = int(tr.get("global_batch_size", -1))
+    local = _number(tr, "training", "local_batch_size", 8)
+    gb = _number(tr, "training", "global_batch_size", -1, also=(-1,))  # -1: local batch x dp
     gb = local * dp if gb == -1 else gb
     interleave = 1
     if pp > 1:
-        micro = int(par.get("pipeline_parallel_microbatch_size", 1))
-        lps = par.get("pipeline_parallel_layers_per_stage")
-        if lps is not None:
-            if m["layers"] % (pp * int(lps)):
-                raise CosearchError("pipeline_parallel_layers_per_stage", f"{lps} does not divide the layers per rank")
-            interleave = m["layers"] // (pp * int(lps))
+        micro = _number(par, "parallelism", "pipeline_parallel_microbatch_size", 1)
+        if "pipeline_parallel_layers_per_stage" in par:
+            lps = _number(par, "parallelism", "pipeline_parallel_layers_per_stage", 1)
+            layers = whole(m.get("layers"), "model.layers")
+            if layers % (pp * lps):
+                raise CosearchError("parallelism.pipeline_parallel_layers_per_stage",
+                                    f"{lps} does not divide the layers per rank")
+            interleave = layers // (pp * lps)
         elif str(par.get("pipeline_parallel_schedule", "1F1B")) in ("Interleaved1F1B", "ZBVZeroBubble"):
-            raise CosearchError("pipeline_parallel_layers_per_stage", "required with an interleaved schedule")
+            raise CosearchError("parallelism.pipeline_parallel_layers_per_stage", "required with an interleaved schedule")
     else:
         micro = local
-    converters = doc.get("model", {}).get("converters", [])
+    converters = _table(doc, "model").get("converters", [])
+    if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
+        raise CosearchError("model.converters", f"expects a list of names such as [\"float8\"] (got {converters!r})")
     if str(tr.get("mixed_precision_param", "bfloat16")) != "bfloat16":
-        raise CosearchError("mixed_precision_param", "cosearch models bf16 (and fp8) torchtitan training, not fp32")
+        raise CosearchError("training.mixed_precision_param", "cosearch models bf16 (and fp8) torchtitan training, "
+                            "not fp32")
     precision = "fp8" if "float8" in converters else "bf16"
     mode = str(ac.get("mode", "selective"))
     if mode not in ("none", "selective", "full"):
@@ -220,16 +276,17 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
             raise CosearchError("activation_checkpoint.selective_ac_option",
                                 f"expects op (per-op SAC); every-n-layer checkpointing ({option!r}) is not modelled")
         mode = "op"
-    m["seq_len"] = int(tr.get("seq_len", m.get("seq_len", 2048)))
-    compiled = tr.get("compile", False) is True
+    m["seq_len"] = (_number(tr, "training", "seq_len", 1) if "seq_len" in tr
+                    else whole(m.get("seq_len", 2048), "model.seq_len"))
+    compiled = _switch(tr, "training", "compile")
     # torch.compile fuses the memory-bound ops and, with the model, the loss (torchtitan's compiled loss_fn)
     training: dict[str, Any] = {"global_batch": gb, "precision": precision, "fusion": "fused" if compiled else "eager",
                                 "cross_entropy": "fused" if compiled else "eager"}
     if "steps" in tr:
-        training["tokens"] = float(int(tr["steps"]) * gb * m["seq_len"])
+        training["tokens"] = float(_number(tr, "training", "steps", 1) * gb * m["seq_len"])
     sched_in = {v: k for k, v in _SCHEDULES.items()}.get(str(par.get("pipeline_parallel_schedule", "1F1B")))
     # async TP is micro-pipelined by the compiler: without compile the flag has no effect
-    overlap = bool(par.get("enable_async_tensor_parallel", False)) and training["fusion"] == "fused"
+    overlap = _switch(par, "parallelism", "enable_async_tensor_parallel") and training["fusion"] == "fused"
     plan = {"tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave, "recompute": mode,
             "schedule": "zb-v" if pp > 1 and sched_in == "zb-v" else None,
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
