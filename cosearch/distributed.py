@@ -301,10 +301,11 @@ def dask_sweep(space: SearchSpace, address: str | Any, task_size: int | None = N
                 client = distributed.Client(cluster)
             else:
                 client = distributed.Client(target, timeout="20s")
-        except (OSError, TimeoutError) as err:
+        except (OSError, TimeoutError, ValueError, OverflowError) as err:  # ValueError: a malformed address
             if cluster is not None:
                 cluster.close()
-            raise CosearchError("--dask", f"cannot reach the dask scheduler at {address!r}: {err}") from err
+            raise CosearchError("--dask", f"cannot reach the dask scheduler at {address!r} ({err}); "
+                                          f"give local:N or a scheduler address tcp://HOST:PORT") from err
     try:
         info = client.scheduler_info()
         n_workers = max(1, len(info.get("workers", {})))

@@ -19,7 +19,7 @@ from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
 from .samplers import ParamCodec
 from .search.pareto import pareto_mask
-from .search.space import CONSTRAINT_METRICS, OBJECTIVE_METRICS, direction, parse_space
+from .search.space import _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, direction, parse_space
 
 from ._study_store import ATTR, _as_storage, _quiet_optuna, counts_as_trial
 
@@ -72,6 +72,21 @@ def _check_objective(study: optuna.Study, objective: str | None) -> str:
     return obj
 
 
+def _check_has_values(study: optuna.Study, metrics: Mapping[str, str]) -> None:
+    """Each metric (by the flag that asks for it) has a value in some stored feasible trial, else a
+    one-line error: ``time_to_train_days`` of a study whose space sets no ``training.tokens`` is
+    None everywhere, so no budget can make it qualify (and enumerating again finds nothing either)."""
+    feas = feasible_trials(study)
+    if not feas:
+        return  # nothing feasible at all: why_nothing says so
+    for flag, metric in metrics.items():
+        if any(t.user_attrs["metrics"].get(metric) is not None for t in feas):
+            continue
+        need, _ = _NEEDS.get(metric, (None, ""))
+        why = f"its space sets no {need}" if need else f"none of its {len(feas)} feasible trials stores it"
+        raise CosearchError(flag, f"{metric} has no value in study {study.study_name!r} ({why})")
+
+
 def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float | None = None,
          max_gpus: float | None = None, max_days: float | None = None,
          max_days_high: float | None = None) -> dict[str, Any] | None:
@@ -83,8 +98,10 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
     obj = _check_objective(study, objective)
     limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
     for k, v in limits.items():
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
-            raise CosearchError(f"--{k.replace('_', '-')}", f"must be a positive number (got {v!r})")
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf):
+            raise CosearchError(f"--{k.replace('_', '-')}", f"must be a finite positive number (got {v!r})")
+    _check_has_values(study, {"--objective": obj, **{f"--{k.replace('_', '-')}": _LIMITS[k]
+                                                    for k, v in limits.items() if v is not None}})
     info = study_info(study)
     if info.get("kind") == "exhaustive":
         stored = (info.get("summary") or {}).get("front_metrics") or []
@@ -180,6 +197,10 @@ def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd:
             low, where = (min(vals) if vals else None), "stored"
         flag = key.replace("_", "-")
         parts.append(f"--{flag} {bound:g} (lowest {_LIMITS[key]} {where}: {low:,.4g})" if low is not None else f"--{flag} {bound:g}")
+    if not parts:  # no limit: the objective itself has no finite value
+        obj = objective or info["objectives"][0]
+        return (f"nothing qualifies in study {study.study_name!r}: none of its {len(feas)} feasible configurations "
+                f"has a finite {obj}")
     if enumerate_again:
         s = info.get("summary") or {}
         return (f"nothing qualifies in study {study.study_name!r}: none of the {s.get('feasible', 0):,} feasible points "

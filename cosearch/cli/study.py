@@ -152,6 +152,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
               file=sys.stderr)
         return 130
+    if res.kind != "exhaustive":
+        _store_target(res.study, args.trials)
     out = console()
     s = res.summary
     if res.kind == "exhaustive":
@@ -176,6 +178,16 @@ def run_command(args: argparse.Namespace) -> int:
     if calibrated is not None:
         _warn_outside_range(res.study, front, calibrated)
     return 0
+
+
+def _store_target(study: Any, n_trials: int) -> None:
+    """Store ``--trials`` as the study's trial target, as ``run --workers`` does, so that a
+    ``cosearch worker`` started later on this study knows where to stop (docs/scale-out.md).
+    An exhaustive study has no trial count (and takes no workers)."""
+    from ..scaleout import get_target, set_target
+
+    if get_target(study) != n_trials:
+        set_target(study, n_trials)
 
 
 def _warn_outside_range(study: Any, front: Any, calibrated: Any) -> None:
@@ -294,6 +306,7 @@ def best_command(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------- pareto
 def pareto_command(args: argparse.Namespace) -> int:
     from ..study import load_study, pareto_front, study_info
+    from ..visualization._output import write_output
 
     study = load_study(args.study, args.storage)
     info = study_info(study)
@@ -307,14 +320,10 @@ def pareto_command(args: argparse.Namespace) -> int:
         print(f"no feasible configuration in study {args.study!r}", file=sys.stderr)
         return 1
     for flag, path, write in (("--csv", args.csv, lambda p: front.to_csv(p, index=False)),
-                              ("--parquet", args.parquet, lambda p: front.to_parquet(p, index=False))):
+                              ("--parquet", args.parquet, lambda p: front.to_parquet(p, index=False)),
+                              ("--plot", args.plot, lambda p: plot_front(study, info, front, p))):
         if path:
-            try:
-                write(path)
-            except OSError as err:
-                raise CosearchError(flag, f"cannot write {path!r} ({err.strerror or err})") from None
-    if args.plot:
-        plot_front(study, info, front, args.plot)
+            write_output(flag, path, write)
     print_front(c, front, info["objectives"], args.rows)
     for what, path in (("csv", args.csv), ("parquet", args.parquet), ("plot", args.plot)):
         if path:

@@ -95,7 +95,34 @@ def _read(path: str | Path) -> dict:
         return {}
     if not isinstance(data, Mapping) or not set(data) <= {"defaults", "providers"}:
         raise CosearchError(str(path), "a catalog file is a mapping with 'providers' (and optionally 'defaults')")
+    _providers(data, str(path))  # a wrong shape is named in this file, before merging hides which
     return dict(data)
+
+
+_KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _mapping(value: Any, where: str, of: str) -> dict:
+    """``value`` as a dict (null: empty); one-line error naming ``where`` if it is not a mapping."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise CosearchError(where, f"must be a mapping ({of}), got a {_KINDS.get(type(value), type(value).__name__)}")
+    return dict(value)
+
+
+def _providers(data: Mapping[str, Any], origin: str) -> dict[str, tuple[dict, dict[str, dict]]]:
+    """``{provider: (provider fields, {instance: instance fields})}`` of catalog ``data``, every level
+    type-checked: a list or a number where a mapping belongs is a one-line error naming its key
+    path (``providers.aws.instances.p5``), not an AttributeError."""
+    out = {}
+    for prov, pdata in _mapping(data.get("providers"), f"{origin}: providers", "provider name: its fields").items():
+        where = f"{origin}: providers.{prov}"
+        pdata = _mapping(pdata, where, "instances: ...")
+        insts = _mapping(pdata.pop("instances", None), f"{where}.instances", "instance name: its fields")
+        out[str(prov)] = (pdata, {str(name): _mapping(fields, f"{where}.instances.{name}", "gpu: ..., gpus: ..., ...")
+                                  for name, fields in insts.items()})
+    return out
 
 
 class Catalog:
@@ -103,20 +130,18 @@ class Catalog:
 
     def __init__(self, data: Mapping[str, Any], origin: str = FILE) -> None:
         try:
-            self.defaults = Defaults.model_validate(data.get("defaults") or {})
+            self.defaults = Defaults.model_validate(_mapping(data.get("defaults"), f"{origin}: defaults", "restart_s: ..., ..."))
         except ValidationError as err:
             e = err.errors()[0]
             raise CosearchError(f"{origin}: defaults.{'.'.join(map(str, e['loc']))}", e["msg"]) from None
         self.providers: dict[str, dict[str, Any]] = {}
         self.instances: dict[str, InstanceType] = {}
-        for prov, pdata in (data.get("providers") or {}).items():
-            pdata = dict(pdata or {})
-            insts = pdata.pop("instances", None) or {}
+        for prov, (pdata, insts) in _providers(data, origin).items():
             self.providers[prov] = pdata
             for name, fields in insts.items():
                 where = f"{origin}: providers.{prov}.instances.{name}"
                 try:
-                    it = InstanceType.model_validate({**(fields or {}), "provider": prov, "instance": str(name)})
+                    it = InstanceType.model_validate({**fields, "provider": prov, "instance": name})
                 except ValidationError as err:
                     e = err.errors()[0]
                     field = ".".join(map(str, e["loc"]))

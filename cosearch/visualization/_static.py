@@ -1,6 +1,7 @@
 """Static PNGs of the report's plots with matplotlib (for slides, papers and CI artifacts)."""
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,8 @@ def history_png(data: StudyData, path: Path) -> Path | None:
 def write_pngs(data: StudyData, out_dir: str | Path, imp: Importances | None = None) -> list[Path]:
     """pareto.png, time_breakdown.png, memory_breakdown.png, importance.png, history.png (those that apply)."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():  # mkdir would say "File exists"
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a folder", str(out))
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path | None] = []
     if len(data.front):

@@ -18,6 +18,7 @@ from ._data import BUDGET_METRICS, StudyData, fmt_metric, metric_label, study_da
 from ._history import plot_history
 from ._pareto import plot_pareto_front
 from ._importance import param_importances, plot_param_importances
+from ._output import write_output
 
 _CSS = """
 body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -78,18 +79,24 @@ def figures(data: StudyData) -> tuple[dict[str, go.Figure], list[str], Any]:
 
 
 def write_report(study: optuna.Study, out: str | Path, png_dir: str | Path | None = None) -> Report:
-    """Write the HTML report of ``study`` to ``out`` (and PNGs to ``png_dir``)."""
+    """Write the HTML report of ``study`` to ``out`` (and PNGs to ``png_dir``); a path that cannot be
+    written is a one-line error naming ``--out`` or ``--png``."""
     data = study_data(study)
     figs, notes, imp = figures(data)
     notes = data.notes + notes
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(data, figs, notes), encoding="utf-8")
+    text = render_html(data, figs, notes)
+
+    def write_html(path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    write_output("--out", out, write_html)
     rep = Report(path=out, plots=[k for k in PLOT_IDS if k in figs], notes=notes, data=data)
     if png_dir is not None:
         from ._static import write_pngs
 
-        rep.pngs = write_pngs(data, png_dir, imp)
+        rep.pngs = write_output("--png", png_dir, lambda d: write_pngs(data, d, imp))
     return rep
 
 
