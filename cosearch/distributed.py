@@ -246,6 +246,9 @@ def parse_dask_address(address: str) -> tuple[str, int | None]:
         return "local", workers
     if "://" not in address:
         address = f"tcp://{address}"
+    port = address.rpartition(":")[2]
+    if not port.isdigit() or not 0 < int(port) <= 65535:  # else dask waits out its timeout on it
+        raise CosearchError("--dask", f"a scheduler address is tcp://HOST:PORT with a port 1-65535 (got {address!r})")
     return address, None
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -166,3 +167,16 @@ def test_readme_states_plan_defaults_and_hbm_units():
     assert "`hbm_gib` GiB" not in readme
     header = (ROOT / "cosearch" / "data" / "gpus.yaml").read_text().split("\ngpus:")[0]
     assert "NOT a converted GiB value" in header
+
+
+def test_a_closed_pipe_ends_quietly(monkeypatch):
+    """`cosearch estimate --json | head -c 10`: when the reader leaves, plain prints raise BrokenPipeError;
+    the CLI returns 141 (128 + SIGPIPE, as a shell reports it) instead of a traceback."""
+    from cosearch.cli import main
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["estimate", "examples/gpt3-175b.yaml", "--json"]) == 141

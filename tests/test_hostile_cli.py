@@ -159,7 +159,7 @@ def test_unwritable_output_paths_name_the_flag(studies, tmp_path, capsys):
 
 
 # --- 4. --dask with a malformed address -----------------------------------------------------------
-@pytest.mark.parametrize("address", ["bogus", "h:abc", "foo://x:1"])
+@pytest.mark.parametrize("address", ["bogus", "h:abc", "foo://x:1", "tcp://h:99999", "h:0"])
 def test_malformed_dask_address_names_the_flag_and_the_form(tmp_path, capsys, address):
     pytest.importorskip("distributed")
     rc, _, err = run_cli(capsys, "run", DEEPPOOL, "--study", "d", "--storage", str(tmp_path / "d.journal"),

@@ -55,6 +55,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `cosearch best --json | head`: the reader left; say nothing more
+        _quiet_stdout()
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by it
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of the closed pipe raises nothing
+    (the Python documentation's recipe for SIGPIPE, "Note on SIGPIPE" in the signal module)."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (captured in tests)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover
