@@ -15,7 +15,8 @@ from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
 
-def _kind(v: Any) -> str:
+def kind_of(v: Any) -> str:
+    """How an error message names the kind of ``v`` ("a boolean", "text", "an integer", "a list", ...)."""
     if isinstance(v, (bool, np.bool_)):
         return "a boolean"
     name = {"str": "text", "float": "a float", "int": "an integer", "NoneType": "null"}.get(type(v).__name__)
@@ -26,7 +27,7 @@ def _int(v: Any) -> int:
     if isinstance(v, np.integer):
         v = int(v)
     if type(v) is not int:  # bool is a subclass of int: refused here
-        raise PydanticCustomError("int_strict", "must be an integer, not {kind}", {"kind": _kind(v)})
+        raise PydanticCustomError("int_strict", "must be an integer, not {kind}", {"kind": kind_of(v)})
     return v
 
 
@@ -37,7 +38,7 @@ def _float(v: Any) -> float:
         except ValueError:
             raise PydanticCustomError("float_strict", "must be a number, not text") from None
     elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise PydanticCustomError("float_strict", "must be a number, not {kind}", {"kind": _kind(v)})
+        raise PydanticCustomError("float_strict", "must be a number, not {kind}", {"kind": kind_of(v)})
     try:
         f = float(v)
     except OverflowError:
@@ -51,7 +52,7 @@ def _bool(v: Any) -> bool:
     if isinstance(v, np.bool_):
         v = bool(v)
     if type(v) is not bool:
-        raise PydanticCustomError("bool_strict", "must be true or false, not {kind}", {"kind": _kind(v)})
+        raise PydanticCustomError("bool_strict", "must be true or false, not {kind}", {"kind": kind_of(v)})
     return v
 
 

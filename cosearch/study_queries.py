@@ -19,7 +19,7 @@ from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
 from .samplers import ParamCodec
 from .search.pareto import pareto_mask
-from .search.space import _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, direction, parse_space
+from .search.space import CONSTRAINT_METRICS, METRIC_NEEDS, OBJECTIVE_METRICS, direction, parse_space
 
 from ._study_store import ATTR, _as_storage, _quiet_optuna, counts_as_trial
 
@@ -82,7 +82,7 @@ def _check_has_values(study: optuna.Study, metrics: Mapping[str, str]) -> None:
     for flag, metric in metrics.items():
         if any(t.user_attrs["metrics"].get(metric) is not None for t in feas):
             continue
-        need, _ = _NEEDS.get(metric, (None, ""))
+        need, _ = METRIC_NEEDS.get(metric, (None, ""))
         why = f"its space sets no {need}" if need else f"none of its {len(feas)} feasible trials stores it"
         raise CosearchError(flag, f"{metric} has no value in study {study.study_name!r} ({why})")
 

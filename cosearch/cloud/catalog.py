@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import hardware
 from ..data import data_text
+from .._numbers import kind_of
 from ..errors import CosearchError
 
 if TYPE_CHECKING:
@@ -99,15 +100,12 @@ def _read(path: str | Path) -> dict:
     return dict(data)
 
 
-_KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
-
-
 def _mapping(value: Any, where: str, of: str) -> dict:
     """``value`` as a dict (null: empty); one-line error naming ``where`` if it is not a mapping."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise CosearchError(where, f"must be a mapping ({of}), got a {_KINDS.get(type(value), type(value).__name__)}")
+        raise CosearchError(where, f"must be a mapping ({of}), got {kind_of(value)}")
     return dict(value)
 
 

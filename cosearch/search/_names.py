@@ -22,7 +22,7 @@ CONSTRAINT_METRICS = {
     "max_days_high": "time_to_train_high_days", "max_cost_usd_high": "cost_to_train_high_usd",
 }
 #: Metrics that need an input the space must fix: metric -> (field, why).
-_NEEDS = {
+METRIC_NEEDS = {
     **{m: ("training.tokens", "time_to_train_days / cost_to_train_usd / energy objectives and budgets")
        for m in ("time_to_train_days", "cost_to_train_usd", "energy_to_train_mwh", "p90_time_to_train_days",
                  "p90_cost_to_train_usd", "time_to_train_high_days", "cost_to_train_high_usd")},

@@ -14,7 +14,7 @@ from ..presets import preset
 from ..scenario import HARDWARE_OVERRIDES
 from ._limits import MAX_TOTAL_CHOICES, _short, check_count, check_number, is_number
 from ._cloud import _check_cloud_space, _expand_cloud
-from ._names import NULLABLE_PLAN, _BAND, _CLOUD_ONLY, _DEEPPOOL, _NEEDS, CONSTRAINT_METRICS, OBJECTIVE_METRICS, SECTIONS
+from ._names import NULLABLE_PLAN, _BAND, _CLOUD_ONLY, _DEEPPOOL, CONSTRAINT_METRICS, METRIC_NEEDS, OBJECTIVE_METRICS, SECTIONS
 from ._values import Dimension, _all_numeric, _jsonable, _set_path
 
 
@@ -164,7 +164,7 @@ def space_fields(data: Any, source: str = "") -> dict[str, Any]:
                             f"{MAX_TOTAL_CHOICES:,}; give the largest ranges ({big.path}: {len(big.choices):,}) a larger step")
     used = list(objectives) + [CONSTRAINT_METRICS[k] for k in constraints]
     for m in used:
-        need, why = _NEEDS.get(m, (None, ""))
+        need, why = METRIC_NEEDS.get(m, (None, ""))
         if need and need.split(".", 1)[1] not in (base.get("training") or {}):
             raise CosearchError(need, f"needed by {why}")
     plan = base.get("plan") if isinstance(base.get("plan"), Mapping) else {}

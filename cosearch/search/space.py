@@ -41,7 +41,7 @@ from ._choices import _check_choices
 from ._parse import _FLOAT_RE, _dimension, _numbers, _walk, space_fields  # noqa: F401 - re-exported
 from ._cloud import _check_cloud_space, _expand_cloud, cloud_columns  # noqa: F401 - re-exported
 from ._names import (  # noqa: F401 - re-exported
-    _BAND, _CLOUD_DECIDES, _CLOUD_ONLY, _NEEDS, _SIZE_KEYS, CONSTRAINT_METRICS, MAXIMIZE, OBJECTIVE_METRICS, PRUNE_LIMIT,
+    _BAND, _CLOUD_DECIDES, _CLOUD_ONLY, _SIZE_KEYS, CONSTRAINT_METRICS, MAXIMIZE, METRIC_NEEDS, OBJECTIVE_METRICS, PRUNE_LIMIT,
     SECTIONS, STRUCTURAL, direction,
 )
 from ._values import (  # noqa: F401 - re-exported
