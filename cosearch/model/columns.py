@@ -9,6 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..errors import CosearchError
 from .burst import DEFAULT_INTERFERENCE
 from .collectives import COLLECTIVE_CODES
 from .expansion import OFFLOAD_CODES
@@ -117,13 +118,27 @@ OPTIONAL_MODEL_COLUMNS = MOE_MODEL_COLUMNS + ("mtp_layers",) + tuple(WINDOW_INPU
 
 
 def _full_columns(cols: Mapping[str, object]) -> dict[str, object]:
+    """``cols`` with every default filled; a missing required or an unknown column is a one-line error."""
+    if not isinstance(cols, Mapping):
+        raise CosearchError("columns", f"expects a mapping of column name -> number or array (got {type(cols).__name__})")
     missing = [k for k, v in INPUT_COLUMNS.items() if v is None and k not in cols and k != "dp"]
     if missing:
-        raise KeyError(f"missing model input columns: {', '.join(missing)}")
-    unknown = sorted(cols.keys() - INPUT_COLUMNS.keys())
+        raise CosearchError("columns", f"missing model input columns: {', '.join(missing)}")
+    unknown = sorted(map(str, cols.keys() - INPUT_COLUMNS.keys()))
     if unknown:
-        raise KeyError(f"unknown model input columns: {', '.join(unknown)}")
+        raise CosearchError("columns", f"unknown model input columns: {', '.join(unknown[:10])}"
+                            + (" ..." if len(unknown) > 10 else "") + "; allowed: cosearch.model.columns.INPUT_COLUMNS")
     return {k: cols.get(k, v) for k, v in INPUT_COLUMNS.items()}
+
+
+def _float_array(name: str, value: object) -> np.ndarray:
+    """Column ``name`` as float64; text (a word where its code belongs) is a one-line error naming it."""
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        codes = CATEGORICAL_CODES.get(name)
+        hint = f" (codes: {', '.join(f'{w}={c:g}' for w, c in codes.items())})" if codes else ""
+        raise CosearchError(f"columns.{name}", f"expects numbers{hint}") from None
 
 
 def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[str, np.ndarray]:
@@ -134,18 +149,21 @@ def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[st
     it is used; a dense batch then does not pay for a dozen filled columns it never reads. ``lean`` (the evaluator's own input) keeps
     every single-valued column 0-d that way, except ``gpus`` and ``dp``, which carry the shape."""
     full = _full_columns(cols)
+    full = {k: v if v is None else _float_array(k, v) for k, v in full.items()}
     if full["dp"] is None:
-        full["dp"] = np.asarray(full["gpus"], dtype=float) / (
-            np.asarray(full["tp"], dtype=float) * np.asarray(full["pp"], dtype=float) * np.asarray(full["cp"], dtype=float)
-        )
+        full["dp"] = full["gpus"] / (full["tp"] * full["pp"] * full["cp"])
     if lean:  # 0-d columns stay 0-d: the same values wherever they broadcast, none of the copies
-        full = {k: np.asarray(v, dtype=float) for k, v in full.items()}
         keys = [k for k, v in full.items() if v.ndim or k in ("gpus", "dp")]
     else:
         keys = [k for k in full if k in cols or k not in LAZY_COLUMNS or k == "dp"]
-    arrays = np.broadcast_arrays(*(np.asarray(full[k], dtype=float) for k in keys))
+    try:
+        arrays = np.broadcast_arrays(*(full[k] for k in keys))
+    except ValueError:
+        shapes = sorted({(k, np.shape(full[k])) for k in keys if np.ndim(full[k])}, key=lambda x: x[1])
+        raise CosearchError("columns", "column shapes do not broadcast together: "
+                            + ", ".join(f"{k} {s}" for k, s in shapes[:6])) from None
     out = {k: np.ascontiguousarray(a) for k, a in zip(keys, arrays)}
-    return {k: out[k] if k in out else np.asarray(full[k], dtype=float) for k in full}
+    return {k: out[k] if k in out else full[k] for k in full}
 
 
 _FLOAT_ONLY = frozenset((float,))

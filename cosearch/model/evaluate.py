@@ -33,7 +33,7 @@ from . import memory as mem
 from . import schedules as sch
 from . import window as win
 from .columns import broadcast_columns, scalar_columns
-from .feasibility import valid_mask
+from .feasibility import physical_mask, valid_mask
 from .pipeline import bubble_slots, num_microbatches
 from .profile import DEFAULT_PROFILE, Profile
 from .training import SECONDS_PER_DAY, training_metrics  # noqa: F401 - SECONDS_PER_DAY re-exported
@@ -75,12 +75,23 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
         split = moe.split_rows(c) if len(shape) == 1 else None
         if split is None and (len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS):
             out = _evaluate(c, profile)
-            return {k: v if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
-        deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
-        # a split batch leaves the training outputs to contiguous slices of the merged step times (fewer scatters)
-        finish = None if deeppool or split is None else (lambda out: _deferred_training(c, shape[0], out))
-        return blocks.evaluate_blocks(c, shape[0], CHUNK_ROWS, split, lambda cols: _evaluate(
-            cols, profile, deeppool=deeppool, training=finish is None), lazy=not deeppool, finish=finish)
+            out = {k: v if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
+        else:
+            deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
+            # a split batch leaves the training outputs to contiguous slices of the merged step times (fewer scatters)
+            finish = None if deeppool or split is None else (lambda out: _deferred_training(c, shape[0], out))
+            out = blocks.evaluate_blocks(c, shape[0], CHUNK_ROWS, split, lambda cols: _evaluate(
+                cols, profile, deeppool=deeppool, training=finish is None), lazy=not deeppool, finish=finish)
+        return _unphysical_invalid(c, out)
+
+
+def _unphysical_invalid(c, out: dict) -> dict:
+    """``out`` with ``valid`` and ``feasible`` False where the inputs are not physical (:func:`.feasibility.
+    physical_mask`) or the step time is not a finite positive number (a plan that needs a network of 0 Gb/s)."""
+    ok = physical_mask(c) & np.isfinite(out["step_time_s"]) & (out["step_time_s"] > 0)
+    if not np.all(ok):
+        out["valid"], out["feasible"] = out["valid"] & ok, out["feasible"] & ok
+    return out
 
 
 def _training(c, step):

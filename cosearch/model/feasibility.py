@@ -183,6 +183,36 @@ def _dualpipe_ok(c):
     return (c["interleave"] == 1) & _divides(2.0, c["pp"]) & _divides(2.0, m) & (m >= 2.0 * c["pp"])
 
 
+#: Columns that must be positive and finite: no GPU computes, holds or moves data at a rate or size of 0 or less.
+_POSITIVE = ("peak_tflops", "matmul_efficiency", "hbm_gib", "hbm_tbps", "nvlink_gbps", "gpus", "global_batch")
+#: Columns that may be 0 (no network, a free cluster) but never negative or infinite; NaN = not given.
+_NON_NEGATIVE = ("network_gbps", "price_usd_per_gpu_hour", "tokens")
+
+
+def _column_ok(x: np.ndarray, positive: bool) -> np.ndarray | bool:
+    """True, or the rows where column ``x`` is in range; two reductions decide the common all-good case."""
+    if positive:
+        if x.min() > 0 and x.max() < np.inf:  # NaN fails the first test: the per-row test below
+            return True
+        return (x > 0) & (x < np.inf)
+    if not np.fmin.reduce(x, axis=None) < 0 and np.fmax.reduce(x, axis=None) != np.inf:  # NaN ignored
+        return True
+    return ~(x < 0) & (x != np.inf)
+
+
+def physical_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray | bool:
+    """True where a row's hardware and job columns are physical (finite, positive rates, capacity, GPU count and
+    batch; no negative price or token budget). A Scenario is range-checked before it becomes columns; raw columns
+    given to :func:`cosearch.model.evaluate` are not, and a negative bandwidth would otherwise give a faster step,
+    a negative price a negative cost (a non-positive or infinite step is refused by the caller)."""
+    ok = True
+    with np.errstate(invalid="ignore"):
+        for keys, positive in ((_POSITIVE, True), (_NON_NEGATIVE, False)):
+            for k in keys:
+                ok = ok & _column_ok(np.asarray(cols[k]), positive)
+    return ok
+
+
 def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """True where a configuration satisfies every rule (a plain bool for plain-float columns)."""
     if ops.is_scalar(cols["gpus"]):

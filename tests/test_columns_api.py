@@ -1,0 +1,45 @@
+"""cosearch.evaluate on raw columns: wrong columns are one-line errors, unphysical rows are never feasible."""
+import numpy as np
+import pytest
+
+import cosearch
+from cosearch.errors import CosearchError
+from cosearch.scenario import load_scenario, scenario_columns
+
+GPT3 = "examples/gpt3-175b.yaml"
+
+
+@pytest.fixture(scope="module")
+def cols():
+    return scenario_columns(load_scenario(GPT3))
+
+
+@pytest.mark.parametrize("column,value", [("hbm_tbps", -1.0), ("hbm_tbps", np.nan), ("peak_tflops", 0.0),
+                                          ("network_gbps", 0.0), ("price_usd_per_gpu_hour", -3.0),
+                                          ("tokens", -1e10), ("matmul_efficiency", np.inf)])
+def test_unphysical_rows_are_not_feasible(cols, column, value):
+    """A negative bandwidth made the step faster and a negative price the cost negative, both 'feasible';
+    a network of 0 Gb/s (the plan crosses nodes) made the step infinite, also 'feasible'. In a batch, only
+    the bad row is refused."""
+    assert cosearch.evaluate(cols)["feasible"].all()
+    batch = {**cols, column: np.array([cols[column], value])}
+    out = cosearch.evaluate(batch)
+    assert out["valid"].tolist() == [True, False] and out["feasible"].tolist() == [True, False]
+
+
+def test_not_given_price_and_tokens_stay_valid(cols):
+    out = cosearch.evaluate({**cols, "price_usd_per_gpu_hour": np.nan, "tokens": np.nan})
+    assert out["feasible"].all() and np.isnan(out["cost_usd_per_step"]).all()
+
+
+@pytest.mark.parametrize("change,field,word", [
+    (lambda c: {**c, "recompute": "full"}, "columns.recompute", "full=2"),
+    (lambda c: {k: v for k, v in c.items() if k != "hidden"}, "columns", "missing model input columns: hidden"),
+    (lambda c: {**c, "hiddn": 1.0}, "columns", "unknown model input columns: hiddn"),
+    (lambda c: {**c, "tp": np.ones(3), "pp": np.ones(4)}, "columns", "do not broadcast"),
+    (lambda c: list(c), "columns", "mapping"),
+])
+def test_bad_columns_are_one_line_errors(cols, change, field, word):
+    with pytest.raises(CosearchError) as err:
+        cosearch.evaluate(change(cols))
+    assert err.value.field == field and word in str(err.value) and "\n" not in str(err.value)
