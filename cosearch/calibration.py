@@ -114,16 +114,36 @@ def fit_profile(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profil
 
 
 def cross_validate(c: Candidates, groups: np.ndarray, params: Sequence[str] = DEFAULT_FIT, base: Profile | None = None,
-                   multistart: bool = False) -> np.ndarray:
-    """Held-out log errors: each group's rows predicted by a profile fitted on all other groups."""
+                   multistart: bool = False, configs: np.ndarray | None = None) -> np.ndarray:
+    """Held-out log errors: each group's rows predicted by a profile fitted on all other groups.
+
+    ``configs`` (:func:`configuration_ids`): a row of another group that repeats a configuration of the
+    held-out group is left out of that group's fit too; otherwise the fit would have seen the held-out
+    configuration (groups by source can split the copies of one configuration)."""
     out = np.full(len(c.rows), np.nan)
     for g in np.unique(groups):
         test = groups == g
-        if test.all():
+        train = ~test if configs is None else ~np.isin(configs, configs[test])
+        if not train.any():
             continue
-        fit = fit_profile(_subset(c, ~test), params, base, multistart)
+        fit = fit_profile(_subset(c, train), params, base, multistart)
         out[test] = log_errors(_subset(c, test), fit.profile)
     return out
+
+
+def configuration_ids(c: Candidates) -> np.ndarray:
+    """One id per row (0, 1, ... in order of first appearance); rows whose candidates have identical model
+    columns share it. Such rows are repeated measurements of one configuration: the model predicts the same
+    step time for each whatever the profile, so a held-out row must not have a copy in the fit."""
+    cols = np.column_stack([np.broadcast_to(c.columns[k], c.row_of.shape) for k in sorted(c.columns)])
+    cols = np.ascontiguousarray(cols, dtype=float)
+    as_bytes = cols.view(np.dtype((np.void, cols.dtype.itemsize * cols.shape[1]))).ravel()  # NaN == NaN by bits
+    cand = np.unique(as_bytes, return_inverse=True)[1].ravel()
+    per_row: dict[int, set[int]] = {}
+    for row, cid in zip(c.row_of.tolist(), cand.tolist()):
+        per_row.setdefault(row, set()).add(cid)
+    first: dict[tuple[int, ...], int] = {}
+    return np.array([first.setdefault(tuple(sorted(per_row[r])), len(first)) for r in range(len(c.rows))], dtype=int)
 
 
 # --- calibrated profiles as files, with the range they were fitted on (cosearch calibrate) -------
@@ -244,38 +264,62 @@ def error_stats(log_err: np.ndarray) -> dict[str, float]:
     return {"median": float(np.median(e)), "p90": float(np.quantile(e, 0.9)), "worst": float(e.max()), "rows": int(e.size)}
 
 
-def kfold_groups(n: int, k: int, seed: int = 0) -> np.ndarray:
-    """Fold label per row: a seeded permutation cut into ``min(k, n)`` near-equal folds."""
-    k = max(2, min(k, n))
-    perm = np.random.default_rng(seed).permutation(n)
-    groups = np.empty(n, dtype=int)
-    groups[perm] = np.arange(n) % k
-    return groups
+def kfold_groups(configs: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """Fold label per row: the distinct configurations (:func:`configuration_ids`) dealt by a seeded
+    permutation into ``min(k, configurations)`` near-equal folds, every row of a configuration in its fold
+    (a copy of a held-out configuration in the fit would make the held-out error an in-sample one)."""
+    d = int(configs.max()) + 1
+    k = max(2, min(k, d))
+    perm = np.random.default_rng(seed).permutation(d)
+    fold_of = np.empty(d, dtype=int)
+    fold_of[perm] = np.arange(d) % k
+    return fold_of[configs]
+
+
+def check_enough_configurations(d: int, n_params: int, folds: int, source: str = "measured") -> None:
+    """Refuse unless every fit of the cross-validation sees at least as many distinct configurations as it
+    fits parameters. Rule: with ``k = min(folds, d)`` folds over ``d`` configurations the largest fold holds
+    ceil(d / k), so the smallest fit sees ``d - ceil(d / k)``; it must be >= ``n_params``, which needs
+    ``d >= n_params + 1`` (leave one configuration out). Fewer and a fit is not determined by its rows, so its
+    held-out error says nothing about the profile that is written (a 2-parameter fit from one point)."""
+    k = max(2, min(folds, d))
+    if d - -(-d // k) >= n_params:
+        return
+    what = (f"{d} distinct configuration{'s' * (d != 1)} (rows with identical scenario inputs are repeated measurements "
+            f"of one) cannot fit {n_params} parameter{'s' * (n_params != 1)} and hold some out: each fit of the "
+            f"{k}-fold cross-validation must see at least {n_params}")
+    if d < n_params + 1:
+        raise CosearchError(source, f"{what}; measure at least {n_params + 1} distinct configurations or fit fewer parameters")
+    need = next(j for j in range(k + 1, d + 1) if d - -(-d // j) >= n_params)
+    raise CosearchError(source, f"{what}; use at least {need} folds, more configurations or fewer parameters")
 
 
 def calibrate(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profile | None = None, folds: int = 5,
-              seed: int = 0, by_source: bool = False) -> tuple[FitResult, dict[str, Any]]:
+              seed: int = 0, by_source: bool = False, source: str = "measured") -> tuple[FitResult, dict[str, Any]]:
     """Fit ``params`` on every row and report held-out errors before and after calibration.
 
     before: the base profile's errors (nothing is fitted, so every row is unseen by it, unless the
     base itself was fitted on these rows). after: ``folds``-fold cross-validation (each fold
-    predicted by a profile fitted on the other folds). ``by_source`` adds leave-one-source-out.
+    predicted by a profile fitted on the other folds; folds are formed by distinct configuration, see
+    :func:`kfold_groups`). ``by_source`` adds leave-one-source-out. ``source`` (the CSV) names the input in
+    the refusal of :func:`check_enough_configurations`.
     """
     base = base or Profile()
     n = len(c.rows)
-    if n < 2:
-        raise CosearchError("measured", f"need at least 2 measured rows to calibrate and cross-validate, got {n}")
+    configs = configuration_ids(c)
+    check_enough_configurations(int(configs.max()) + 1 if n else 0, len(params), folds, source)
     fit = fit_profile(c, params, base, multistart=True)
-    groups = kfold_groups(n, folds, seed)
+    groups = kfold_groups(configs, folds, seed)
     report: dict[str, Any] = {
         "rows": n,
+        "configurations": int(configs.max()) + 1,
         "params": list(params),
         "fitted": {p: float(getattr(fit.profile, p)) for p in params},
         "base": {p: float(getattr(base, p)) for p in params},
         "folds": int(groups.max() + 1),
         "before": error_stats(log_errors(c, base)),
         "after_in_sample": error_stats(fit.log_errors),
-        "after_held_out": error_stats(cross_validate(c, groups, params, base, multistart=True)),
+        "after_held_out": error_stats(cross_validate(c, groups, params, base, multistart=True, configs=configs)),
     }
     report["at_bound"] = [p for p in params if min(abs(report["fitted"][p] - b) for b in FITTABLE[p])
                           <= 1e-6 * max(1.0, *map(abs, FITTABLE[p]))]
@@ -287,7 +331,8 @@ def calibrate(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profile 
             "held-out error after fitting is worse than the base profile's ("
             + ", ".join(f"{k} {100 * held[k]:.1f} % vs {100 * before[k]:.1f} %" for k in worse) + ")")
     if by_source and "source_id" in c.rows and c.rows["source_id"].nunique() > 1:
-        report["after_leave_one_source_out"] = error_stats(cross_validate(c, c.rows["source_id"].to_numpy(), params, base, multistart=True))
+        report["after_leave_one_source_out"] = error_stats(cross_validate(c, c.rows["source_id"].to_numpy(), params, base,
+                                                                           multistart=True, configs=configs))
     return fit, report
 
 

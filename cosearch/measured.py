@@ -28,7 +28,7 @@ import pandas as pd
 from . import _files
 from .errors import CosearchError
 from .model.columns import broadcast_columns
-from .model.feasibility import check_scalar
+from .model.feasibility import check_scalar, valid_mask
 from .presets import ARCH_FIELDS
 from .scenario import HARDWARE_OVERRIDES, PlanSpec, parse_scenario, scenario_columns
 from .validation import Candidates, build_candidates, stack_columns
@@ -41,11 +41,31 @@ CLUSTER_COLUMNS = ("gpu", "gpus") + tuple(k for k in HARDWARE_OVERRIDES if k != 
 PLAN_COLUMNS = tuple(PlanSpec.model_fields)
 PASSTHROUGH = ("name", "source", "notes", "id")
 USER_COLUMNS = MODEL_COLUMNS + TRAINING_COLUMNS + CLUSTER_COLUMNS + PLAN_COLUMNS + (MEASURED,) + PASSTHROUGH
+#: Measured step times, seconds. Below 1 us no training step of a transformer runs: one kernel launch takes
+#: ~2-5 us and a step launches hundreds (forward, backward, optimizer), so a smaller value is a unit error
+#: or junk, which the fit would absorb by pinning a constant at its bound. Above 1e7 s (~4 months): junk.
+STEP_TIME_MIN_S, STEP_TIME_MAX_S = 1e-6, 1e7
+#: Rows of a measured CSV. Each row is parsed as a scenario (~0.15 ms) and every fit of the cross-validation
+#: evaluates all of them: `cosearch calibrate` on 10,000 distinct rows takes ~7 s and 0.3 GB on one core
+#: (100,000 rows took ~2 minutes and 1.2 GB with the per-row plan check); campaigns have tens to hundreds of runs.
+MAX_ROWS = 10_000
+#: Lines of a measured CSV, counted before it is parsed: comment lines and line breaks inside quoted cells
+#: count too, so the bound is 100x the rows. A 64 MiB file of 30 million one-cell lines otherwise takes
+#: ~20 s and ~3 GB to parse before its rows could be counted.
+MAX_LINES = 100 * MAX_ROWS
 
 
 def read_csv(path: str | Path) -> pd.DataFrame:
-    """A measured CSV, read safely (size and encoding caps, ``#`` comment lines: :mod:`cosearch._files`)."""
-    return _files.read_csv(path)
+    """A measured CSV, read safely (size and encoding caps, ``#`` comment lines: :mod:`cosearch._files`),
+    with at most :data:`MAX_ROWS` rows (and :data:`MAX_LINES` lines, checked before parsing)."""
+    lines = _files.read_text(path, _files.CSV_MAX_BYTES).count("\n")
+    if lines > MAX_LINES:
+        raise CosearchError(str(path), f"{lines:,} lines; a measured CSV holds at most {MAX_ROWS:,} rows")
+    df = _files.read_csv(path)
+    if len(df) > MAX_ROWS:  # refused before any row is parsed as a scenario
+        raise CosearchError(str(path), f"{len(df):,} rows; at most {MAX_ROWS:,} measured rows can be calibrated "
+                            "(repeated measurements of one configuration: keep their median)")
+    return df
 
 
 def detect_format(df: pd.DataFrame) -> str:
@@ -91,7 +111,35 @@ def row_scenario(row: dict[str, Any]) -> dict[str, Any]:
     return {"model": model, "training": pick(TRAINING_COLUMNS), "cluster": pick(CLUSTER_COLUMNS), "plan": pick(PLAN_COLUMNS)}
 
 
+def _check_measured(raw: Any, value: Any, where: str) -> float:
+    """The measured step time of one row as seconds in [STEP_TIME_MIN_S, STEP_TIME_MAX_S], or a one-line error.
+    A number as text is taken: one text cell makes pandas read the whole column as text, and the error must
+    name that row, not the first."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not STEP_TIME_MIN_S <= value <= STEP_TIME_MAX_S:
+        raise CosearchError(f"{where}: {MEASURED}", f"must be a number of seconds, {STEP_TIME_MIN_S:g} <= x <= "
+                            f"{STEP_TIME_MAX_S:g} (got {raw!r})")
+    return float(value)
+
+
+def _check_plans(cols_list: list[dict[str, float]], columns: dict[str, np.ndarray], path: str) -> None:
+    """Every row's plan rules at once (:func:`cosearch.model.feasibility.valid_mask` on the stacked columns,
+    one pass instead of one check per row); the first violating row is re-checked alone, so the error names
+    its row and rule exactly as a per-row check would."""
+    ok = np.broadcast_to(valid_mask(broadcast_columns(columns)), (len(cols_list),))
+    for i in np.flatnonzero(~ok)[:1]:
+        try:
+            check_scalar(broadcast_columns(cols_list[i]))
+        except CosearchError as err:
+            raise CosearchError(f"{path}: row {i + 1}: {err.field}", err.message) from None
+
+
 def user_candidates(df: pd.DataFrame, path: str = "measured CSV") -> Candidates:
+    """Candidates of a user-format CSV: one scenario per row, each named by its row in an error."""
     unknown = [c for c in df.columns if c not in USER_COLUMNS]
     if unknown:
         raise CosearchError(f"{path}: column {unknown[0]}", f"unknown column; allowed: {', '.join(USER_COLUMNS)}")
@@ -99,25 +147,22 @@ def user_candidates(df: pd.DataFrame, path: str = "measured CSV") -> Candidates:
     for i, raw in enumerate(df.to_dict(orient="records"), start=1):
         row = {k: _cell(v) for k, v in raw.items()}
         where = f"{path}: row {i}"
-        measured = row.get(MEASURED)
-        if not isinstance(measured, (int, float)) or isinstance(measured, bool) \
-                or not 0 < measured <= 1e7:
-            raise CosearchError(f"{where}: {MEASURED}", f"must be a positive, finite number of seconds, at most 1e7 (got {raw.get(MEASURED)!r})")
+        measured = _check_measured(raw.get(MEASURED), row.get(MEASURED), where)
         try:
             sc = parse_scenario(row_scenario(row))
             cols = scenario_columns(sc)
-            check_scalar(broadcast_columns(cols))
         except CosearchError as err:
             raise CosearchError(f"{where}: {err.field}", err.message) from None
         cols_list.append(cols)
         scenarios.append(sc.model_dump(mode="json"))
         rows.append({
             "row_id": i, "source_id": row.get("source") or "user", "model": row.get("name") or row.get("model") or "custom",
-            "num_gpus": sc.cluster.gpus, "seq_len": sc.model.seq_len, "measured_step_s": float(measured),
+            "num_gpus": sc.cluster.gpus, "seq_len": sc.model.seq_len, "measured_step_s": measured,
         })
     if not rows:
         raise CosearchError(path, "no measured rows")
     columns = stack_columns(cols_list)
+    _check_plans(cols_list, columns, path)
     return Candidates(pd.DataFrame(rows), columns, np.arange(len(rows)), scenarios)
 
 

@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="profile YAML to write (use with estimate --profile)")
     p.add_argument("--params", default=",".join(DEFAULT_PARAMS),
                    help=f"comma-separated profile fields to fit (default {','.join(DEFAULT_PARAMS)}); fittable: {', '.join(FITTABLE)}")
-    p.add_argument("--folds", type=int, default=5, help="k for k-fold cross-validation (default 5; capped at the row count)")
+    p.add_argument("--folds", type=int, default=5, help="k for k-fold cross-validation (default 5; capped at the number of "
+                   "distinct configurations: rows with identical scenario inputs share a fold)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fold assignment")
     p.add_argument("--base", default="default",
                    help="starting profile: 'default' (shipped, fitted to published runs), 'kernel' (pure physics) or a profile YAML")
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         raise CosearchError("--seed", f"must be 0 or more (got {args.seed})")
     base = _base(args.base)
     cands, fmt = load_measured(args.measured)
-    fit, report = calibrate(cands, params, base, folds=args.folds, seed=args.seed, by_source=(fmt == "published"))
+    fit, report = calibrate(cands, params, base, folds=args.folds, seed=args.seed, by_source=(fmt == "published"),
+                            source=str(args.measured))
     rng = calibrated_range(cands)
     report = {"measured": str(args.measured), "format": fmt, "base_profile": args.base, **report}
     header = (f"Calibrated profile written by `cosearch calibrate` on {datetime.date.today().isoformat()}\n"
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
             print(refusal, file=sys.stderr)
         return 1 if refuse else 0
     con = console()
-    con.print(f"[bold]{report['rows']} measured rows[/] ({fmt} format) from {args.measured}; base profile: {args.base}")
+    con.print(f"[bold]{report['rows']} measured rows[/], {report['configurations']} distinct configurations ({fmt} format) "
+              f"from {args.measured}; base profile: {args.base}")
     pt = Table(title="fitted parameters", title_justify="left")
     pt.add_column("parameter"); pt.add_column("base", justify="right"); pt.add_column("fitted", justify="right")
     for p in params:
