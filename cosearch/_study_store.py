@@ -11,7 +11,6 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -23,7 +22,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ._trials import deferred_interrupt
 from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
-from .search.space import SearchSpace, load_space, parse_space
+from .samplers import check_method, resolve_method
+from .search.space import SearchSpace, as_space as _as_space  # noqa: F401 - the name cosearch.study re-exports
 from .storages import resolve_storage
 from .storages._storage import mask_url
 
@@ -54,14 +54,6 @@ class StudyResult:
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _as_space(space: SearchSpace | str | Path | Mapping[str, Any]) -> SearchSpace:
-    if isinstance(space, SearchSpace):
-        return space
-    if isinstance(space, Mapping):
-        return parse_space(space)
-    return load_space(space)
-
-
 def _as_storage(storage: BaseStorage | str | None, *, must_exist: bool = False) -> BaseStorage:
     if isinstance(storage, BaseStorage):
         return storage
@@ -103,6 +95,19 @@ def load_study(study_name: str, storage: BaseStorage | str | None = None) -> opt
         return optuna.load_study(study_name=study_name, storage=st, sampler=optuna.samplers.RandomSampler())
 
 
+def resume_method(sampler: str, space: SearchSpace, name: str, storage: BaseStorage) -> str:
+    """The concrete method of a run of ``sampler`` on study ``name``: ``auto`` continues an existing
+    cosearch study with the method it stored (picking afresh would choose exhaustive for a finite
+    space even when a sampler started the study, which then refuses the run), otherwise
+    :func:`~cosearch.samplers.resolve_method`'s choice for the space."""
+    if check_method(sampler) == "auto":
+        for s in storage.get_all_studies():
+            info = s.user_attrs.get(ATTR) if s.study_name == name else None
+            if isinstance(info, Mapping) and info.get("method"):
+                return str(info["method"])
+    return resolve_method(sampler, space)
+
+
 def _profile_key(profile: Profile) -> dict[str, Any]:
     return json.loads(json.dumps(profile.model_dump(mode="json"), sort_keys=True))
 
@@ -127,7 +132,8 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
         if _space_key(info.get("space", {})) != _space_key(space.to_dict()):
             raise CosearchError("--study", f"study {name!r} was made from a different space; use another --study name")
         if info.get("kind") != kind:
-            raise CosearchError("--study", f"study {name!r} is {info.get('kind')}; a {kind} run needs another --study name")
+            raise CosearchError("--study", f"study {name!r} is {info.get('kind')} (--sampler {info.get('method')}); this "
+                                f"{kind} run cannot resume it: use --sampler {info.get('method')} or another --study name")
         if info.get("profile", _profile_key(DEFAULT_PROFILE)) != _profile_key(profile):
             raise CosearchError("--profile", f"study {name!r} was evaluated with another efficiency profile; resume it "
                                 "with the same --profile, or use another --study name")

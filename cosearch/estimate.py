@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 
 from . import hardware
+from ._numbers import kind_of
+from .errors import CosearchError
 from .inventory import inventory_outputs
 from .model import BREAKDOWN_KEYS, MEMORY_KEYS, Profile
 from .model.evaluate import evaluate_scalar_columns
@@ -66,6 +68,18 @@ def _deeppool(sc: Scenario, cols: dict, out: dict, profile: Profile) -> dict[str
     }
 
 
+def check_profile(profile: Any) -> Profile:
+    """``profile`` as the public functions take it: a :class:`Profile`, or None for the shipped one.
+    Anything else (a name, a dict, a file path) is a one-line error naming ``profile`` here rather
+    than an AttributeError deep in the model."""
+    if profile is None:
+        return DEFAULT_PROFILE
+    if not isinstance(profile, Profile):
+        raise CosearchError("profile", f"expected a cosearch.Profile or None (got {kind_of(profile)}); "
+                            "from a profile file: cosearch.calibration.read_profile_file(path)[0]")
+    return profile
+
+
 def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range: Any = None) -> dict[str, Any]:
     """Predict step time, throughput, memory and cost of one scenario (path, dict or Scenario).
 
@@ -79,6 +93,7 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     ``time_to_train_days``/``cost_to_train_usd`` are expected values under interruptions and
     ``cloud`` holds the transient-server economics (docs/cloud.md).
     """
+    profile = check_profile(profile)
     sc: Scenario = load_scenario(scenario)
     by_type: dict[str, Any] = {}
     if sc.cluster.inventory is not None:  # hook: several GPU types (cosearch.inventory, cosearch.model.hetero)
@@ -86,7 +101,7 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
         cols = {"dp": out["dp"]}
     else:
         cols = scalar_columns(scenario_columns(sc))
-        out = evaluate_scalar_columns(cols, profile or DEFAULT_PROFILE)
+        out = evaluate_scalar_columns(cols, profile)
         if not out["valid"]:
             check_scalar(cols)  # the first rule the plan breaks, as a one-line error
     result: dict[str, Any] = {
@@ -127,7 +142,7 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
         unit = band.rsplit("_", 1)[1]
         result[f"{key}_low_{unit}"], result[f"{key}_high_{unit}"] = result[band] or (None, None)
     if "total_tokens_per_s" in out:  # hook: DeepPool burst parallelism / multiplexing (cosearch.model.burst)
-        result["deeppool"] = _deeppool(sc, cols, out, profile or DEFAULT_PROFILE)
+        result["deeppool"] = _deeppool(sc, cols, out, profile)
     result["warnings"] = []
     if calibrated_range is not None:
         from .calibration import range_warnings

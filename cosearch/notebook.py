@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import html
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import yaml
 
+from ._numbers import kind_of
 from .errors import CosearchError
 
 #: Largest space :func:`sweep` evaluates into one DataFrame (one row per point).
@@ -65,18 +65,6 @@ class Estimate(dict):
 yaml.SafeDumper.add_representer(Estimate, yaml.SafeDumper.represent_dict)  # dumps like the dict it is
 
 
-def _space(space: Any):
-    from .search.space import SearchSpace, load_space, parse_space
-
-    if isinstance(space, SearchSpace):
-        return space
-    if isinstance(space, (str, Path)):
-        return load_space(space)
-    if isinstance(space, Mapping):
-        return parse_space(dict(space))
-    raise CosearchError("space", f"expected a SearchSpace, a space YAML path or a dict (got {type(space).__name__})")
-
-
 def _column(choices: Sequence[Any], idx: np.ndarray) -> Any:
     """The knob values of a dimension as a typed column (ints stay ints, words stay words)."""
     if all(isinstance(c, bool) for c in choices):
@@ -97,9 +85,10 @@ def sweep(space: Any, *, limit: int = SWEEP_LIMIT, profile: Any = None):
     """
     import pandas as pd
 
-    from .model.profile import DEFAULT_PROFILE
+    from .estimate import check_profile
+    from .search.space import as_space
 
-    sp = _space(space)
+    sp = as_space(space)
     sp.require_knobs("sweep")
     sp._require_finite("sweep")
     n = int(sp.size)
@@ -108,7 +97,7 @@ def sweep(space: Any, *, limit: int = SWEEP_LIMIT, profile: Any = None):
                             "use `cosearch run SPACE` (exhaustive or sampled search) or narrow the space")
     flat = np.arange(n, dtype=np.int64)
     rows = sp.rows_of_flat(flat)
-    out = sp.evaluate_rows(rows, profile or DEFAULT_PROFILE)
+    out = sp.evaluate_rows(rows, check_profile(profile))
     data: dict[str, Any] = {}
     for j, d in enumerate(sp.dims):
         idx = rows[:, j].astype(np.intp)
@@ -131,9 +120,13 @@ def front(df: Any, objectives: Sequence[str] | str | None = None, *, feasible_on
     :func:`sweep` recorded). Directions come from the metric names (``mfu``, ``tokens_per_s``,
     ... are maximized, the rest minimized; :func:`cosearch.search.space.direction`). Rows with a
     missing value, and with ``feasible_only`` the infeasible ones, are never on the front."""
+    import pandas as pd
+
     from .search.pareto import pareto_mask
     from .search.space import direction
 
+    if not isinstance(df, pd.DataFrame):
+        raise CosearchError("df", f"expected a pandas DataFrame, e.g. from cosearch.sweep (got {kind_of(df)})")
     if objectives is None:
         objectives = df.attrs.get("objectives")
         if not objectives:

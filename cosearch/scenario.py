@@ -6,6 +6,7 @@ vectorized model takes.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Optional, get_args
 
@@ -359,9 +360,15 @@ def read_yaml(path: str | Path) -> Any:
     return _files.read_yaml(path)
 
 
+#: What the public loaders take as a file path. ``os.stat`` would also take bytes and an int (a file
+#: descriptor: ``0`` is stdin) and fail on a NumPy integer with "embedded null character": refused.
+PATH_TYPES = (str, os.PathLike)
+
+
 def load_scenario(source: Any) -> Scenario:
-    """A Scenario from a path, a YAML string path, a dict or a Scenario."""
-    if isinstance(source, (str, Path)):
+    """A Scenario from a YAML file path (str or os.PathLike), a dict or a Scenario (anything else:
+    :func:`parse_scenario`'s one-line error naming ``scenario``)."""
+    if isinstance(source, PATH_TYPES):
         return parse_scenario(read_yaml(source))
     return parse_scenario(source)
 
@@ -396,13 +403,15 @@ def _section_columns(section_type: type) -> tuple[tuple[str, dict | None], ...]:
     return found
 
 
-def scenario_columns(sc: Scenario) -> dict[str, float]:
-    """The numeric input columns of the vectorized model for one scenario.
+def scenario_columns(sc: Scenario | Mapping[str, Any] | str | os.PathLike) -> dict[str, float]:
+    """The numeric input columns of the vectorized model for one scenario (a Scenario, or what
+    :func:`load_scenario` reads: a dict or a YAML path).
 
     Every training/plan/cluster field whose name is a model column is passed through (words via
     ``CATEGORICAL_CODES``, booleans as 0/1), so a new knob needs no change here; catalog values
     with the cluster's overrides are applied last.
     """
+    sc = load_scenario(sc)  # a Scenario comes back as it is
     m, cl, pl = sc.model, sc.cluster, sc.plan
     cols: dict[str, float] = {k: getattr(m, k) for k in ARCH_FIELDS}
     cols.update(moe_columns(m.__dict__))  # MoE / MLA / MTP / window columns (absent: dense, full attention)

@@ -37,7 +37,8 @@ from optuna.storages import BaseStorage
 
 from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
-from .samplers import OPTUNA_SAMPLERS, resolve_method, run_exhaustive
+from .estimate import check_profile
+from .samplers import OPTUNA_SAMPLERS, run_exhaustive
 from .search.space import SearchSpace
 from .storages import fail_stale_trials
 from ._study_runs import (  # noqa: F401 - re-exported
@@ -45,7 +46,7 @@ from ._study_runs import (  # noqa: F401 - re-exported
 )
 from ._study_store import (  # noqa: F401 - re-exported
     ATTR, Callback, StudyResult, _as_space, _as_storage, _derive_seed, _describe_study, _drop_if_empty, _finish,
-    _open_study, _quiet_optuna, _set_summary, counts_as_trial, load_study,
+    _open_study, _quiet_optuna, _set_summary, counts_as_trial, load_study, resume_method,
 )
 from .study_queries import (  # noqa: F401 - re-exported
     FRONT_COLUMNS, best, feasible_trials, list_studies, pareto_front, study_info, why_nothing,
@@ -72,6 +73,9 @@ def run_study(
 ) -> StudyResult:
     """Run (or resume) study ``study_name`` with ``sampler`` until it holds ``n_trials`` trials.
 
+    ``space``: a SearchSpace, a space dict or a YAML file path. ``sampler`` ``auto`` resumes an
+    existing study with its stored method (:func:`cosearch._study_store.resume_method`).
+
     ``storage``: None (journal file ``./cosearch_studies.journal``), a journal file path, an
     optuna RDB URL, or an optuna storage object. ``callback(event)`` is called after each batch
     with ``{"done", "total", "new", "feasible", "elapsed_s"}`` (progress display belongs to the
@@ -85,13 +89,14 @@ def run_study(
     """
     space = _as_space(space)
     space.require_knobs("search")
-    method = resolve_method(sampler, space)
+    profile = check_profile(profile)
+    st = _as_storage(storage)
+    method = resume_method(sampler, space, study_name, st)
     if not isinstance(n_trials, (int, np.integer)) or isinstance(n_trials, bool) or n_trials < 1:
         if method != "exhaustive":
             raise CosearchError("--trials", f"must be a positive integer (got {n_trials!r})")
     if method == "exhaustive":  # refuse before a study is created
         space._require_finite("exhaustive search")
-    st = _as_storage(storage)
     kind = "exhaustive" if method == "exhaustive" else "sampled"
     existed = any(s.study_name == study_name for s in st.get_all_studies())
     study = _open_study(space, study_name, st, method, kind, profile)

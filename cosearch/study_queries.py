@@ -14,6 +14,7 @@ import pandas as pd
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from ._numbers import kind_of
 from ._trials import build_records
 from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
@@ -28,6 +29,11 @@ logger = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------ queries
 def study_info(study: optuna.Study) -> dict[str, Any]:
+    """The cosearch description of ``study`` (``user_attrs["cosearch"]``). Every query reads it
+    first, so this is where a ``study`` argument that is not an optuna study is refused."""
+    if not isinstance(study, optuna.Study):
+        raise CosearchError("study", f"expected an optuna study, e.g. cosearch.study.load_study(name, storage) "
+                            f"(got {kind_of(study)})")
     info = study.user_attrs.get(ATTR)
     if not isinstance(info, Mapping):
         raise CosearchError("--study", f"study {study.study_name!r} was not made by cosearch")
@@ -175,13 +181,13 @@ def _stored_band(m: Mapping[str, Any], key: str, unit: str) -> list[float] | Non
 def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd: float | None = None,
                 max_gpus: float | None = None, max_days: float | None = None, max_days_high: float | None = None) -> str:
     """One line saying why :func:`best` found nothing (which limit is out of reach)."""
+    info = study_info(study)
     feas = feasible_trials(study)
     n_all = sum(1 for t in study.get_trials(deepcopy=False) if counts_as_trial(t))
     if not feas:
         return f"no feasible configuration in study {study.study_name!r} ({n_all} trials, none feasible)"
     parts = []
     limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
-    info = study_info(study)
     stored = (info.get("summary") or {}).get("front_metrics") or []
     enumerate_again = info.get("kind") == "exhaustive" and not all(
         _LIMITS[k] in stored for k, v in limits.items() if v is not None)

@@ -33,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("space", help="search space YAML file (see searchspaces/)")
     p.add_argument("--study", required=True, help="study name; the same name resumes the study")
     _storage_arg(p)
-    p.add_argument("--sampler", default="auto", help=f"search method: auto, {', '.join(METHODS)} (default auto: "
-                   "exhaustive for a finite space up to 1e7 points, else nsga2, or tpe for one objective)")
+    p.add_argument("--sampler", default="auto", help=f"search method: auto, {', '.join(METHODS)} "
+                   "(default auto: an existing study's own method; for a new one exhaustive for a finite space up "
+                   "to 1e7 points, else nsga2, or tpe for one objective)")
     p.add_argument("--trials", type=int, default=1000, help="trials the study should hold in total (default 1000; "
                    "ignored by exhaustive)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -100,21 +101,27 @@ def _fmt(v: Any) -> str:
 
 # ------------------------------------------------------------------------------------- run
 def run_command(args: argparse.Namespace) -> int:
-    from ..samplers import check_method, resolve_method
+    from ..samplers import check_method
     from ..search.space import load_space
     from ..model.profile import DEFAULT_PROFILE
-    from ..study import pareto_front, run_study
+    from ..study import _as_storage, pareto_front, resume_method, run_study
 
     t_start = time.monotonic()  # --timeout counts from here: reading the space is part of the run
-    method = check_method(args.sampler)
+    asked = check_method(args.sampler)
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise CosearchError("--timeout", f"must be a positive number of seconds (got {args.timeout})")
-    if method != "exhaustive" and args.trials < 1:
+    if asked != "exhaustive" and args.trials < 1:  # before the study is opened: its errors come after
         raise CosearchError("--trials", f"must be a positive integer (got {args.trials})")
     if args.batch_size is not None and args.batch_size < 1:
         raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
     space = load_space(args.space)
-    asked, method = method, resolve_method(method, space)
+    profile, calibrated = DEFAULT_PROFILE, None
+    if args.profile:
+        from ..calibration import read_profile_file
+
+        profile, calibrated = read_profile_file(args.profile)
+    storage = _as_storage(args.storage)  # once: the stored method (auto) and the run read it
+    method = resume_method(asked, space, args.study, storage)
     timeout = None if args.timeout is None else max(0.0, args.timeout - (time.monotonic() - t_start))
     if method == "exhaustive" and timeout is not None and space.size / EXHAUSTIVE_POINTS_PER_S > timeout:
         if asked != "auto":
@@ -125,11 +132,6 @@ def run_command(args: argparse.Namespace) -> int:
     size = f"{space.size:,.0f} points" if space.size < 1e15 else f"{space.size:.3g} points" if math.isfinite(space.size) else \
         "continuous"
     console().print(f"space {args.space}: {size} in {len(space.dims)} dimensions; method {method}")
-    profile, calibrated = DEFAULT_PROFILE, None
-    if args.profile:
-        from ..calibration import read_profile_file
-
-        profile, calibrated = read_profile_file(args.profile)
     progress_console = Console(stderr=True)
     unit = "points" if method == "exhaustive" else "trials"
     progress = Progress(TextColumn(f"[bold]{args.study}[/] {method}"), BarColumn(), MofNCompleteColumn(),
@@ -146,7 +148,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         with progress:
-            res = run_study(space, args.study, args.storage, sampler=method, n_trials=args.trials, seed=args.seed,
+            res = run_study(space, args.study, storage, sampler=method, n_trials=args.trials, seed=args.seed,
                             batch_size=args.batch_size, callback=callback, timeout=timeout, profile=profile)
     except KeyboardInterrupt:
         print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",

@@ -191,17 +191,19 @@ def _extend_run(run: argparse.ArgumentParser) -> None:
 
 
 def _run_scaled(args: argparse.Namespace, single: Callable[[argparse.Namespace], int]) -> int:
-    from ..samplers import check_method, resolve_method
+    from ..samplers import check_method
 
     workers = int(getattr(args, "workers", 1) or 1)
     address = getattr(args, "dask", None)
     if workers < 1:
         raise CosearchError("--workers", f"must be >= 1 (got {workers})")
     method = check_method(getattr(args, "sampler", None) or "auto")
-    if method == "auto":
+    if method == "auto" and (address or workers > 1):  # one process: run_command resolves it the same way
         from ..search.space import load_space
+        from ..study import _as_storage, resume_method
 
-        method = resolve_method(method, load_space(args.space))
+        # an existing study continues with its own method (_study_store.resume_method)
+        method = resume_method(method, load_space(args.space), args.study, _as_storage(_storage_value(args.storage)))
         args.sampler = method
     if address and method != "exhaustive":
         raise CosearchError("--dask", "distributes the exhaustive enumeration: add --sampler exhaustive "

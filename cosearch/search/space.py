@@ -35,7 +35,8 @@ from ..cloud import apply_cloud, load_catalog
 from ..errors import CosearchError
 from ..model import evaluate as model_evaluate
 from ..model.profile import DEFAULT_PROFILE, Profile
-from ..scenario import HARDWARE_OVERRIDES, parse_scenario, read_yaml  # noqa: F401 - re-exported
+from .._numbers import kind_of
+from ..scenario import HARDWARE_OVERRIDES, PATH_TYPES, parse_scenario, read_yaml  # noqa: F401 - re-exported
 from . import _build, _enumerate
 from ._choices import _check_choices
 from ._parse import _FLOAT_RE, _dimension, _numbers, _walk, space_fields  # noqa: F401 - re-exported
@@ -243,5 +244,22 @@ def parse_space(data: Any, source: str = "", *, prune: bool = True) -> SearchSpa
 
 
 def load_space(path: str | Path) -> SearchSpace:
-    """Read and validate a space YAML file (one-line :class:`CosearchError` when malformed)."""
+    """Read and validate a space YAML file (one-line :class:`CosearchError` when malformed, or when
+    ``path`` is not a str or os.PathLike: ``os.stat`` would read an int as a file descriptor, 0 being
+    stdin). A space dict is :func:`parse_space`'s; :func:`as_space` takes either."""
+    if not isinstance(path, PATH_TYPES):
+        raise CosearchError("path", f"expected a space YAML file path, str or os.PathLike (got {kind_of(path)}); "
+                            "a space dict: cosearch.search.space.parse_space")
     return parse_space(read_yaml(path), source=str(path))
+
+
+def as_space(space: Any) -> SearchSpace:
+    """The SearchSpace of what the public functions take as ``space`` (:func:`cosearch.run_study`,
+    :func:`cosearch.sweep`): a SearchSpace, a space dict or a YAML file path; else a one-line error."""
+    if isinstance(space, SearchSpace):
+        return space
+    if isinstance(space, Mapping):
+        return parse_space(space)
+    if isinstance(space, PATH_TYPES):
+        return load_space(space)
+    raise CosearchError("space", f"expected a SearchSpace, a space dict or a YAML file path (got {kind_of(space)})")
