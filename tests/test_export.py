@@ -88,7 +88,9 @@ ROUND_TRIP = {
                                            "attention": "standard"},
         "cluster": {"gpu": "a100-80gb", "gpus": 1024},
         "plan": {"tp": 8, "pp": 16, "interleave": 2, "microbatch": 1, "overlap_grad_reduce": False}}),
-    "fsdp-hybrid": scenario(tp=2, zero=3, zero_group=16, microbatch=1, recompute="full", sequence_parallel=True),
+    # Megatron-FSDP prefetches its gathers: the plan states fsdp_overlap 1 (unset, the profile's, is refused)
+    "fsdp-hybrid": scenario(tp=2, zero=3, zero_group=16, microbatch=1, recompute="full", sequence_parallel=True,
+                            fsdp_overlap=1.0),
     "zero2-ddp-no-tokens": scenario(training={"tokens": None}, tp=1, zero=2, microbatch=2),
     "distopt-instances": scenario(tp=8, pp=2, zero=1, zero_group=4, sequence_parallel=True),
 }
@@ -160,7 +162,8 @@ def _walk_keys(cfg, section="top"):
 
 
 @pytest.mark.parametrize("plan", [
-    {"zero": 0, "microbatch": 4}, {"zero": 1, "microbatch": 1}, {"zero": 2, "microbatch": 2, "recompute": "full"},
+    # without ZeRO DeepSpeed all-reduces after the backward: the plan states no overlap (true is refused)
+    {"zero": 0, "microbatch": 4, "overlap_grad_reduce": False}, {"zero": 1, "microbatch": 1}, {"zero": 2, "microbatch": 2, "recompute": "full"},
     {"zero": 3, "microbatch": 1, "offload": "optimizer+weights"}, {"zero": 2, "microbatch": 2, "offload": "optimizer"},
 ])
 def test_deepspeed_json_keys_documented_and_batch_arithmetic(plan):
@@ -226,7 +229,8 @@ def test_nemo_overrides():
 
 @pytest.mark.parametrize("plan", [
     {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 1, "recompute": "op", "sequence_parallel": True},
-    {"tp": 2, "cp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True,
+    # HSDP without cp: torchtitan's HSDP groups under cp hold context-parallel ranks (cp 2 here is refused)
+    {"tp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True,
      "recompute_early_stop": True},
     {"microbatch": 1, "zero": 0, "recompute": "none"},
 ])
@@ -266,7 +270,8 @@ def test_torchtitan_compile_is_the_fusion():
 
     for fusion, compiled in (("fused", True), ("eager", False)):
         # the loss compiles with the model: eager torchtitan runs PyTorch's fp32 cross-entropy
-        sc = scenario(training={"fusion": fusion, "cross_entropy": fusion}, microbatch=1, zero=3, recompute="op")
+        sc = scenario(training={"fusion": fusion, "cross_entropy": fusion}, microbatch=1, zero=3, recompute="op",
+                      fsdp_overlap=1.0)  # FSDP2 prefetches
         text = export(sc, "torchtitan")
         assert tomllib.loads(text)["training"]["compile"] is compiled
         _same(sc, torchtitan.parse_toml(text, dict(LLAMA_70B), sc.cluster.model_dump(exclude_none=True)))
@@ -278,7 +283,7 @@ def test_torchtitan_async_tp_without_compile_reads_as_no_overlap():
     import tomllib
 
     sc = scenario(tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True, tp_overlap_passes="forward",
-                  microbatch=1, recompute="op")
+                  microbatch=1, recompute="op", fsdp_overlap=1.0)
     doc = tomllib.loads(export(sc, "torchtitan"))
     assert doc["parallelism"]["enable_async_tensor_parallel"] is True and doc["training"]["compile"] is True
     cluster = sc.cluster.model_dump(exclude_none=True)
@@ -310,7 +315,7 @@ def test_cli_export_and_estimate_from_megatron_args(tmp_path, capsys):
 
 
 def test_cli_estimate_torchtitan_and_cluster_snippet(tmp_path, capsys):
-    sc = scenario(tp=8, zero=3, sequence_parallel=True)
+    sc = scenario(tp=8, zero=3, sequence_parallel=True, fsdp_overlap=1.0)  # FSDP2 prefetches
     (tmp_path / "job.toml").write_text(export(sc, "torchtitan"))
     (tmp_path / "model.yaml").write_text(json.dumps({"model": LLAMA_70B}))
     assert main(["estimate", "--torchtitan-toml", str(tmp_path / "job.toml"), "--model", str(tmp_path / "model.yaml"),

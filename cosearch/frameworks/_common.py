@@ -1,7 +1,7 @@
 """Checks and numbers every framework mapping shares."""
 from __future__ import annotations
 
-from .._cells import recompute_stops_early, tp_overlap_passes
+from .._cells import prefetching_fsdp, recompute_stops_early, tp_overlap_passes
 from ..errors import CosearchError
 from ..scenario import Scenario, scenario_columns
 
@@ -12,6 +12,27 @@ def refuse(field: str, reason: str) -> CosearchError:
 
 #: ``training.optimizer_states`` each framework's configuration can express (others: fp32 only).
 OPTIMIZER_STATES = {"Megatron-LM": ("fp32", "bf16_moments")}  # Megatron-Core's precision-aware optimizer
+
+#: The ``training`` kernel choices (attention, fusion, cross_entropy) each framework's launch runs; a field
+#: not listed takes every value (torchtitan: fusion and its loss follow ``compile``).
+KERNELS = {
+    "Megatron-LM": {"attention": ("flash", "standard"), "fusion": ("fused",), "cross_entropy": ("fused",)},
+    "NeMo": {"attention": ("flash",), "fusion": ("fused",), "cross_entropy": ("fused",)},
+    "torchtitan": {"attention": ("flash",)},
+    "DeepSpeed": {"attention": ("flash",), "fusion": ("fused",), "cross_entropy": ("fused",)},
+}
+#: What each framework runs for those fields: the reason of a refusal.
+KERNELS_RUN = {
+    "Megatron-LM": "Megatron-Core runs Transformer Engine's fused attention (--attention-backend flash) or "
+                   "unfused attention (--attention-backend unfused), no FlashAttention-2/SDPA or Triton path; fused "
+                   "elementwise kernels (no eager mode); its vocab-parallel cross-entropy on the 16-bit logits",
+    "NeMo": "NeMo (Megatron-Core) runs Transformer Engine's fused attention (this export sets no other backend), fused "
+            "elementwise kernels and the vocab-parallel cross-entropy on the 16-bit logits",
+    "torchtitan": "torchtitan runs PyTorch SDPA; no unfused or Triton attention setting is mapped",
+    "DeepSpeed": "kernels are the model code's, not DeepSpeed config settings; this export maps the scenario defaults",
+}
+#: The ZeRO-3 implementation each export writes (others: none or DeepSpeed's own ZeRO-3).
+FSDP = {"Megatron-LM": "Megatron-FSDP", "torchtitan": "FSDP2"}
 
 
 def layout(sc: Scenario, framework: str) -> dict[str, int]:
@@ -54,6 +75,7 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
     if sc.training.optimizer_states not in allowed:
         raise refuse("training.optimizer_states", f"{sc.training.optimizer_states}: no {framework} setting is mapped "
                      f"for it here; allowed: {', '.join(allowed)}")
+    kernels(sc, framework)
     model_par = pl.tp * pl.pp * pl.cp
     if cl.gpus % model_par:
         raise refuse("plan", f"tp*pp*cp = {model_par} does not divide cluster.gpus = {cl.gpus}; {framework} "
@@ -88,6 +110,37 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
             "gpus_per_node": min(gpn, cl.gpus)}
 
 
+def kernels(sc: Scenario, framework: str) -> None:
+    """Refuse an attention kernel, eager elementwise ops or an eager loss that the framework's launch does not run
+    (:data:`KERNELS`): the plan would be estimated with kernels the job never uses."""
+    for key, allowed in KERNELS[framework].items():
+        value = getattr(sc.training, key)
+        if value not in allowed:
+            raise refuse(f"training.{key}", f"{value}: {KERNELS_RUN[framework]}; allowed: {', '.join(allowed)}")
+
+
+def fsdp_overlap(framework: str) -> float | None:
+    """``plan.fsdp_overlap`` of the framework's ZeRO-3, for export and import alike: 1 where it prefetches every
+    gather (Megatron-FSDP, torchtitan's FSDP2: :func:`cosearch._cells.prefetching_fsdp`), else None (the
+    profile's overlap, fitted on DeepSpeed ZeRO-3)."""
+    return 1.0 if prefetching_fsdp(FSDP.get(framework, ""), framework) else None
+
+
+def zero3_overlap(sc: Scenario, framework: str) -> None:
+    """Refuse a ZeRO-3 plan whose ``plan.fsdp_overlap`` is not the framework's (:func:`fsdp_overlap`): its
+    step would be estimated with more or less of the gathers hidden than the job hides. Exporters call it after
+    their own checks, so a plan whose sharding cannot run at all is refused for that first."""
+    pl, want = sc.plan, fsdp_overlap(framework)
+    if pl.zero < 3 or pl.fsdp_overlap == want:
+        return
+    if want is None:
+        raise refuse("plan.fsdp_overlap", f"{pl.fsdp_overlap:g}: {framework}'s ZeRO-3 runs at the profile's overlap "
+                     "(fitted on DeepSpeed ZeRO-3 and FSDP1); leave it unset to export")
+    got = "unset (the profile's)" if pl.fsdp_overlap is None else f"{pl.fsdp_overlap:g}"
+    raise refuse("plan.fsdp_overlap", f"{got}: {framework}'s ZeRO-3 ({FSDP[framework]}) prefetches every gather "
+                 f"behind compute; set {want:g} to export")
+
+
 def megatron_core_schedule(sc: Scenario, framework: str) -> None:
     """Refuse pipeline schedules Megatron-Core cannot run: its ``get_forward_backward_func``
     (megatron/core/pipeline_parallel/schedules.py) picks no pipelining, 1F1B or interleaved 1F1B."""
@@ -100,9 +153,25 @@ def megatron_core_schedule(sc: Scenario, framework: str) -> None:
 
 
 def hybrid(sc: Scenario, dp: int) -> int | None:
-    """Sharding-group size when the plan shards over a subgroup of dp (hybrid sharding), else None."""
+    """Sharding-group size when the plan shards over a subgroup of its dp x cp ranks (hybrid sharding), else None.
+
+    The model shards over every data- and context-parallel rank unless ``plan.zero_group`` names a group of
+    data-parallel ranks, replicated over the rest and over cp (cosearch.model.evaluate), so under context
+    parallelism a stated group is hybrid even when it equals dp."""
     g = sc.plan.zero_group
-    return None if g is None or g == dp or sc.plan.zero == 0 else g
+    return None if g is None or g == dp * sc.plan.cp or sc.plan.zero == 0 else g
+
+
+def shard_group(sc: Scenario, dp: int, framework: str) -> int | None:
+    """:func:`hybrid`, refused under context parallelism for frameworks that fold cp into the sharding group:
+    Megatron-Core's distributed-optimizer instances are slices of its dp-with-cp group, torchtitan's HSDP shards
+    over dp_shard x cp, while the model's zero_group holds data-parallel ranks only."""
+    g = hybrid(sc, dp)
+    if g is not None and sc.plan.cp > 1:
+        raise refuse("plan.zero_group", f"{g} with cp = {sc.plan.cp}: {framework}'s sharding groups include the "
+                     f"context-parallel ranks, the model's zero_group is data-parallel ranks replicated over cp; leave "
+                     f"it unset (shard over all dp x cp = {dp * sc.plan.cp}) or use cp 1")
+    return g
 
 
 def train_steps(sc: Scenario) -> int | None:

@@ -20,9 +20,12 @@ The same lists are tests/test_export.py's DEEPSPEED_KEYS / DEEPSPEED_SUBKEYS.
 
 DeepSpeed's config has no tensor, pipeline or context parallelism (Megatron-DeepSpeed and
 Ulysses live in model code): plans with tp, pp or cp > 1 are refused, as are fp8 (Transformer
-Engine lives in model code), selective recompute (model code), hybrid sharding (``zero_group``:
-MiCS/ZeRO++ are outside this export) and offloads other than optimizer (and weights with
-ZeRO-3).
+Engine lives in model code), selective recompute (model code), kernels other than the scenario
+defaults and dropout (attention, fusion, cross_entropy: model code), hybrid sharding (``zero_group``:
+MiCS/ZeRO++ are outside this export), ``plan.overlap_grad_reduce`` without ZeRO (stage 0
+all-reduces after the backward: ``overlap_comm`` is a ZeRO setting), a ``plan.fsdp_overlap`` under
+ZeRO-3 (it runs at the profile's overlap, fitted on it) and offloads other than optimizer (and
+weights with ZeRO-3).
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import json
 from typing import Any
 
 from ..scenario import Scenario
-from ._common import hybrid, layout, refuse
+from ._common import hybrid, layout, refuse, zero3_overlap
 
 VERSION = "DeepSpeed 0.16 (config-json)"
 
@@ -47,8 +50,14 @@ def config(sc: Scenario) -> dict[str, Any]:
     if pl.recompute == "selective":
         raise refuse("plan.recompute", "selective recompute is model code, not a DeepSpeed config setting; use "
                      "none or full")
+    if t.dropout:
+        raise refuse("training.dropout", "dropout is model code, not a DeepSpeed config setting; use false")
+    if pl.zero == 0 and pl.overlap_grad_reduce and lay["dp"] > 1:  # engine.allreduce_gradients: buffered fallback
+        raise refuse("plan.overlap_grad_reduce", "true with zero 0: without ZeRO DeepSpeed all-reduces the gradients "
+                     "after the backward (overlap_comm is a ZeRO setting); set false, or use zero >= 1")
     if hybrid(sc, lay["dp"]) is not None:
         raise refuse("plan.zero_group", "hybrid sharding is not mapped for DeepSpeed; ZeRO shards over all dp ranks")
+    zero3_overlap(sc, "DeepSpeed")
     zero: dict[str, Any] = {"stage": pl.zero}
     if pl.zero >= 1:
         zero["overlap_comm"] = bool(pl.overlap_grad_reduce)

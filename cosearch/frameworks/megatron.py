@@ -16,7 +16,10 @@ model.tied_embeddings = false  ``--untie-embeddings-and-output-weights``
 training.global_batch          ``--global-batch-size``
 training.tokens                ``--train-samples`` (tokens / seq_len, rounded up)
 training.precision             ``--bf16`` / ``--fp16`` / ``--bf16 --fp8-format hybrid``
-training.attention             ``--attention-backend flash`` / ``unfused`` (no Triton kernel)
+training.attention             ``--attention-backend flash`` / ``unfused`` (flash / standard; flash2 and
+                               triton refused: no FlashAttention-2/SDPA or Triton path)
+training.fusion                fused only (Megatron-Core's fused kernels): eager refused
+training.cross_entropy         fused only (its vocab-parallel loss on 16-bit logits): eager refused
 training.dropout               ``--attention-dropout`` ``--hidden-dropout`` (0.1 / 0.0)
 plan.tp / pp / cp              ``--tensor-model-parallel-size`` ``--pipeline-model-parallel-size``
                                ``--context-parallel-size``
@@ -32,7 +35,9 @@ plan.zero 1                    ``--use-distributed-optimizer``
 plan.zero 2 / 3                ``--use-megatron-fsdp --data-parallel-sharding-strategy
                                optim_grads`` / ``optim_grads_params`` (no pipeline)
 plan.zero_group (hybrid)       ``--num-distributed-optimizer-instances dp/zero_group``
-                               (with FSDP also ``--outer-dp-sharding-strategy no_shard``)
+                               (with FSDP also ``--outer-dp-sharding-strategy no_shard``); refused
+                               with cp > 1 (Megatron-Core's instances slice the dp-with-cp group)
+plan.fsdp_overlap              1 with zero 3 (Megatron-FSDP prefetches); read back as 1
 plan.overlap_grad_reduce       ``--overlap-grad-reduce``
 plan.tp_comm_overlap           ``--tp-comm-overlap``
 model.experts / top_k          ``--num-experts`` ``--moe-router-topk`` ``--moe-grouped-gemm``
@@ -56,7 +61,8 @@ Refused: ``plan.moe_a2a_overlap`` > 0 (its Megatron switches differ across relea
 ``plan.moe_fp8_dispatch`` under fp8 (Megatron-Core sends the dispatch in 16 bits),
 Refused: pipeline schedules zb-h1, zb-v and dualpipe (Megatron-Core runs 1F1B and interleaved 1F1B),
 offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
-the Triton attention kernel, zero 2/3 with pipeline parallelism (Megatron FSDP has no pipeline).
+the Triton and FlashAttention-2 attention kernels, eager fusion or loss, zero 2/3 with pipeline parallelism
+(Megatron FSDP has no pipeline), hybrid sharding under context parallelism (both ways).
 The MoE, MLA and ``--kv-channels`` flags parse back (:mod:`.megatron_moe`, issue 15).
 The world size is torchrun's, not Megatron's: :func:`parse_args` takes the cluster separately
 (or reads ``--nproc-per-node`` / ``--nnodes`` of a ``torchrun`` prefix).
@@ -72,7 +78,7 @@ from ..errors import CosearchError
 from ..hf_moe import check_layers
 from ..model.moe import expert_tp
 from ..scenario import Scenario, parse_scenario
-from ._common import hybrid, layout, megatron_core_schedule, refuse
+from ._common import fsdp_overlap, layout, megatron_core_schedule, refuse, shard_group, zero3_overlap
 from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe
 from .planin import cluster_gpus, whole
 
@@ -88,11 +94,10 @@ def flags(sc: Scenario) -> list[str]:
     megatron_core_schedule(sc, "Megatron-LM")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: this export maps no Megatron-LM offload flag; use 'none'")
-    if t.attention == "triton":
-        raise refuse("training.attention", "Megatron-LM has no Triton flash-attention backend; use flash or standard")
     if pl.zero >= 2 and pl.pp > 1:
         raise refuse("plan.zero", f"zero {pl.zero} maps to Megatron FSDP, which does not run with pipeline "
                      f"parallelism (pp = {pl.pp}); use zero 1 (--use-distributed-optimizer)")
+    zero3_overlap(sc, "Megatron-LM")
     out = ["--num-layers", m.layers, "--hidden-size", m.hidden, "--num-attention-heads", m.heads]
     if m.kv_heads != m.heads:
         out += ["--group-query-attention", "--num-query-groups", m.kv_heads]
@@ -104,7 +109,7 @@ def flags(sc: Scenario) -> list[str]:
         out += ["--untie-embeddings-and-output-weights"]
     drop = "0.1" if t.dropout else "0.0"
     out += ["--attention-dropout", drop, "--hidden-dropout", drop]
-    out += ["--attention-backend", "flash" if t.attention in ("flash", "flash2") else "unfused"]
+    out += ["--attention-backend", "flash" if t.attention == "flash" else "unfused"]  # layout: flash or standard
     out += ["--micro-batch-size", pl.microbatch, "--global-batch-size", t.global_batch]
     if t.tokens is not None:
         out += ["--train-samples", int(-(-t.tokens // m.seq_len))]
@@ -127,7 +132,7 @@ def flags(sc: Scenario) -> list[str]:
         out += ["--use-distributed-optimizer"]
     elif pl.zero >= 2:
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _SHARDING[pl.zero]]
-    group = hybrid(sc, lay["dp"])
+    group = shard_group(sc, lay["dp"], "Megatron-LM")
     if group is not None:
         out += ["--num-distributed-optimizer-instances", lay["dp"] // group]
         if pl.zero >= 2:
@@ -318,6 +323,23 @@ def _float(seen: Mapping[str, Any], flag: str, default: float, least: float = -m
     return x
 
 
+def _instances_group(seen: Mapping[str, Any], dp: int, cp: int) -> int | None:
+    """``plan.zero_group`` of ``--num-distributed-optimizer-instances`` (None for one instance). Megatron-Core's
+    instances slice its dp-with-cp group, so under context parallelism a group holds context-parallel ranks, which
+    the model's zero_group (data-parallel ranks, replicated over cp) cannot: refused there."""
+    flag = "--num-distributed-optimizer-instances"
+    instances = _int(seen, flag, 1, least=1)
+    if instances == 1:
+        return None
+    if cp > 1:
+        raise CosearchError(flag, f"{instances} with --context-parallel-size {cp}: each instance shards over "
+                            "data- and context-parallel ranks together; cosearch models hybrid sharding over "
+                            "data-parallel ranks only (use one instance, or cp 1)")
+    if dp % instances:
+        raise CosearchError(flag, f"{instances} does not divide dp = {dp}")
+    return dp // instances
+
+
 def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) -> Scenario:
     """A :class:`Scenario` from a Megatron-LM command line (the inverse of :func:`flags`).
 
@@ -431,12 +453,12 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     }
     if mla_up:
         plan["recompute_mla_up_proj"] = True
+    if zero == 3:  # Megatron-FSDP prefetches its gathers, as the export states
+        plan["fsdp_overlap"] = fsdp_overlap("Megatron-LM")
     parse_moe(seen, model, plan, _int, _float)  # issue 15: MoE / MLA / head_dim flags (megatron_moe.py)
-    instances = _int(seen, "--num-distributed-optimizer-instances", 1, least=1)
-    if instances > 1:
-        if dp % instances:
-            raise CosearchError("--num-distributed-optimizer-instances", f"{instances} does not divide dp = {dp}")
-        plan["zero_group"] = dp // instances
+    group = _instances_group(seen, dp, cp)
+    if group is not None:
+        plan["zero_group"] = group
     global_batch = _int(seen, "--global-batch-size", micro * dp, least=1)
     training: dict[str, Any] = {"global_batch": global_batch, "precision": precision, "attention": attention,
                                 "dropout": dropout}

@@ -39,8 +39,11 @@ NeMo's own recipes switch TP overlap on with
 ``MegatronCommOverlapCallback(tp_comm_overlap=True)`` (llama3_70b.py ``pretrain_recipe_performance``)
 rather than ``model.config.tp_comm_overlap``.
 
-Refused: zero 2/3 and hybrid sharding (this export maps only NeMo's distributed optimizer),
-offload, the Triton attention kernel. Pick the recipe (``--factory``) whose architecture family
+Refused: zero 2/3 and hybrid sharding (this export maps only NeMo's distributed optimizer; under
+context parallelism a ``zero_group`` equal to dp is hybrid too, as NeMo shards over dp x cp),
+offload, attention other than flash (the export sets no attention backend: Transformer Engine's fused
+kernel runs), eager fusion or loss (Megatron-Core's kernels are fused, its loss is the vocab-parallel
+cross-entropy on 16-bit logits). Pick the recipe (``--factory``) whose architecture family
 matches (normalization, positional embedding are not cosearch fields).
 """
 from __future__ import annotations
@@ -58,11 +61,10 @@ def overrides(sc: Scenario) -> list[str]:
     if pl.zero >= 2:
         raise refuse("plan.zero", f"zero {pl.zero}: this NeMo export maps only the distributed optimizer (zero 1)")
     if hybrid(sc, lay["dp"]) is not None:
-        raise refuse("plan.zero_group", "hybrid sharding (distributed-optimizer instances) is not mapped for NeMo")
+        raise refuse("plan.zero_group", f"{pl.zero_group}: hybrid sharding (distributed-optimizer instances) is not "
+                     f"mapped for NeMo, which shards over all dp x cp = {lay['dp'] * pl.cp} ranks; leave it unset")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: no NeMo offload setting is mapped; use 'none'")
-    if t.attention == "triton":
-        raise refuse("training.attention", "NeMo (Megatron-Core) has no Triton flash-attention backend")
     vp = "null" if pl.interleave == 1 else str(pl.interleave)
     plugin = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_mixed"}[t.precision]
     drop = "0.1" if t.dropout else "0.0"

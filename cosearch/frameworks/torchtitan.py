@@ -29,17 +29,22 @@ export does not follow.
 
 Mapping of the data-parallel sharding: zero 0 -> DDP (replicate = dp); zero 2 -> FSDP2 with
 ``fsdp_reshard_after_forward = "never"`` (parameters stay gathered between forward and backward);
-zero 3 -> FSDP2 (reshard after forward); ``zero_group`` -> HSDP (shard = zero_group, replicate =
-dp / zero_group). Under pipeline parallelism FSDP2 is zero 1 both ways: PyTorch's pipelining keeps
-a stage's parameters and gradients whole until its last micro-batch
-(:func:`cosearch._cells.pipelined_zero`), so zero 1 exports as FSDP2 and zero 2 or 3 is refused.
+zero 3 -> FSDP2 (reshard after forward; ``plan.fsdp_overlap`` 1, as FSDP2 prefetches, both ways);
+``zero_group`` -> HSDP (shard = zero_group, replicate = dp / zero_group). Under pipeline parallelism
+FSDP2 is zero 1 both ways: PyTorch's pipelining keeps a stage's parameters and gradients whole until
+its last micro-batch (:func:`cosearch._cells.pipelined_zero`), so zero 1 exports as FSDP2 and zero 2
+or 3 is refused. torchtitan folds cp into the FSDP2 mesh (``dp_shard_cp``, FSDP on whenever
+``data_parallel_shard_degree`` x ``context_parallel_degree`` > 1), as the model's default sharding group
+dp x cp: a TOML reads back as sharded when shard x cp > 1, zero 0 with cp > 1 is refused, and so is
+``zero_group`` with cp > 1 (an HSDP group would hold cp ranks; the model's holds data-parallel ranks).
 Batches: without pipeline parallelism ``local_batch_size`` is the micro-batch and torchtitan
 accumulates ``global / (local x dp)`` steps; with it ``local_batch_size`` is the per-replica batch
 and ``pipeline_parallel_microbatch_size`` the micro-batch.
 
 Refused: zero 1 without pipelining (torchtitan has no optimizer-only sharding), zero 2 or 3 with
 it, fp16 (torchtitan trains in bf16 or fp32), tensor parallelism without sequence parallelism
-(torchtitan's TP always shards norms over the sequence), the Triton attention kernel, dropout,
+(torchtitan's TP always shards norms over the sequence), attention other than flash (torchtitan runs
+PyTorch SDPA), ``plan.overlap_grad_reduce: false`` (FSDP2 and DDP always overlap), dropout,
 offload, schedule zb-h1 (PyTorch's zero-bubble schedules are multi-stage: InterleavedZeroBubble,
 ZBVZeroBubble) and dualpipe (PyTorch has DualPipeV, the V-shaped
 variant with one parameter copy, not DualPipe's two). The model architecture is torchtitan's
@@ -55,7 +60,7 @@ from ..errors import CosearchError
 from ..presets import preset
 from ..scenario import MAX_COUNT, Scenario, parse_scenario
 from ..model.schedules import schedule_name
-from ._common import hybrid, layout, refuse, train_steps
+from ._common import fsdp_overlap, layout, refuse, shard_group, train_steps, zero3_overlap
 from .planin import cluster_gpus, whole
 
 VERSION = "torchtitan v0.1.0"
@@ -73,13 +78,17 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     if pl.zero >= 2 and pl.pp > 1:  # the plan would be estimated with a sharding torchtitan does not keep
         raise refuse("plan.zero", f"zero {pl.zero}: under pipelining torchtitan's FSDP2 keeps a stage's parameters and "
                      "gradients whole from its first micro-batch to its last (zero 1's memory); use 1 (FSDP2) or 0")
+    if pl.zero == 0 and pl.cp > 1:  # fsdp_enabled = dp_shard > 1 or cp > 1 (ParallelDims)
+        raise refuse("plan.zero", f"zero 0 with cp = {pl.cp}: torchtitan shards with FSDP2 over the data- and "
+                     f"context-parallel ranks (dp_shard_cp) whenever cp > 1; use {1 if pl.pp > 1 else '2 or 3'}")
+    if not pl.overlap_grad_reduce:
+        raise refuse("plan.overlap_grad_reduce", "false: torchtitan's FSDP2 and DDP reduce gradients during the "
+                     "backward (no setting turns it off); set true")
     if t.precision == "fp16":
         raise refuse("training.precision", "fp16: torchtitan's mixed_precision_param is bfloat16 or float32")
     if pl.tp > 1 and not pl.sequence_parallel:
         raise refuse("plan.sequence_parallel", "torchtitan's tensor parallelism always runs sequence parallel; set "
                      "sequence_parallel: true")
-    if t.attention == "triton":
-        raise refuse("training.attention", "torchtitan uses PyTorch SDPA / flex attention, not the Triton kernel")
     if t.dropout:
         raise refuse("training.dropout", "torchtitan's models train without dropout")
     if pl.offload != "none":
@@ -98,7 +107,11 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
                      "use zb-v with interleave 2",
             "dualpipe": "dualpipe: torchtitan/PyTorch run DualPipeV (one parameter copy, V-shaped), not DualPipe's "
                         "two parameter copies"}[pl.schedule])
-    group = hybrid(sc, dp)
+    if pl.recompute == "selective":
+        raise refuse("plan.recompute", "torchtitan has no Megatron-style selective recompute (attention core only); "
+                     "use op (its per-op SAC), none or full")
+    zero3_overlap(sc, "torchtitan")
+    group = shard_group(sc, dp, "torchtitan")
     par: dict[str, Any] = {}
     if pl.zero == 0:
         par.update(data_parallel_replicate_degree=dp, data_parallel_shard_degree=1)
@@ -121,9 +134,6 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     steps = train_steps(sc)
     if steps is not None:
         training["steps"] = steps
-    if pl.recompute == "selective":
-        raise refuse("plan.recompute", "torchtitan has no Megatron-style selective recompute (attention core only); "
-                     "use op (its per-op SAC), none or full")
     ac: dict[str, Any] = {"mode": "selective" if pl.recompute == "op" else pl.recompute}
     if pl.recompute == "op":
         ac["selective_ac_option"] = "op"
@@ -206,6 +216,22 @@ def _parse(text: str) -> dict[str, Any]:
         raise CosearchError("--torchtitan-toml", "malformed TOML: a number too long to read") from None
 
 
+def _sharding(shard: int, rep: int, cp: int, pp: int, reshard: str) -> tuple[int, int | None]:
+    """``plan.zero`` and ``plan.zero_group`` of torchtitan's data-parallel degrees. FSDP2 is on whenever
+    shard x cp > 1 (torchtitan shards over its dp_shard_cp mesh, cp folded in: the model's default group dp x cp);
+    under pipelining it keeps parameters and gradients whole through the step (:func:`cosearch._cells.pipelined_zero`).
+    HSDP (replicate > 1) with cp > 1 shards over groups holding context-parallel ranks, which the model's
+    zero_group (data-parallel ranks) cannot: refused."""
+    if shard * cp == 1:
+        return 0, None
+    if rep > 1 and cp > 1:
+        raise CosearchError("parallelism.data_parallel_replicate_degree", f"{rep} with context_parallel_degree {cp}: "
+                            "HSDP shards over data- and context-parallel ranks together; cosearch models hybrid "
+                            "sharding over data-parallel ranks only (use replicate 1, or cp 1)")
+    zero = pipelined_zero(2 if reshard == "never" else 3, pp, "torchtitan")
+    return zero, shard if rep > 1 else None
+
+
 def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     """A :class:`Scenario` from a torchtitan job TOML (the inverse of :func:`export`).
 
@@ -237,12 +263,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     if reshard not in _RESHARD:
         raise CosearchError("parallelism.fsdp_reshard_after_forward", f"expects one of {', '.join(_RESHARD)} "
                             f"(got {reshard!r})")
-    if shard == 1:
-        zero, group = 0, None
-    else:  # under pipelining FSDP2 keeps parameters and gradients whole through the step (_cells.pipelined_zero)
-        zero = 2 if reshard == "never" else 3
-        zero = pipelined_zero(zero, pp, "torchtitan")
-        group = shard if rep > 1 else None
+    zero, group = _sharding(shard, rep, cp, pp, reshard)
     local = _number(tr, "training", "local_batch_size", 8)
     gb = _number(tr, "training", "global_batch_size", -1, also=(-1,))  # -1: local batch x dp
     gb = local * dp if gb == -1 else gb
@@ -292,5 +313,5 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
             "tp_comm_overlap": overlap,
             "tp_overlap_passes": tp_overlap_passes("torchtitan") if overlap else "all",
-            "recompute_early_stop": mode == "full"}
+            "recompute_early_stop": mode == "full", "fsdp_overlap": fsdp_overlap("torchtitan") if zero == 3 else None}
     return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})
