@@ -19,8 +19,13 @@ def kind_of(v: Any) -> str:
     """How an error message names the kind of ``v`` ("a boolean", "text", "an integer", "a list", ...)."""
     if isinstance(v, (bool, np.bool_)):
         return "a boolean"
-    name = {"str": "text", "float": "a float", "int": "an integer", "NoneType": "null"}.get(type(v).__name__)
-    return name or f"a {type(v).__name__}"
+    if isinstance(v, np.integer):
+        return "an integer"
+    if isinstance(v, np.floating):
+        return "a float"
+    kind = type(v).__name__
+    named = {"str": "text", "float": "a float", "int": "an integer", "NoneType": "null"}.get(kind)
+    return named or f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
 def _int(v: Any) -> int:
