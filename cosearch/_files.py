@@ -127,13 +127,17 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def read_csv(path: str | Path) -> Any:
-    """A user CSV file as a pandas DataFrame, read within :data:`CSV_MAX_BYTES`. Lines whose first
-    non-blank character is ``#`` are comments (as in docs/calibration.md); a ``#`` inside a cell is kept."""
+    """A user CSV file as a pandas DataFrame, read within :data:`CSV_MAX_BYTES` (:func:`parse_csv`)."""
+    return parse_csv(read_text(path, CSV_MAX_BYTES), str(path))
+
+
+def parse_csv(text: str, name: str) -> Any:
+    """CSV ``text`` (read by :func:`read_text`) as a pandas DataFrame. Lines whose first non-blank character
+    is ``#`` are comments (as in docs/calibration.md); a ``#`` inside a cell is kept."""
     import pandas as pd
 
-    text = read_text(path, CSV_MAX_BYTES)
     text = "".join(line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#"))
     try:
         return pd.read_csv(io.StringIO(text), comment=None)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, OverflowError) as err:
-        raise CosearchError(str(path), f"cannot read CSV ({(str(err).splitlines() or ['error'])[0]})") from None
+        raise CosearchError(name, f"cannot read CSV ({(str(err).splitlines() or ['error'])[0]})") from None

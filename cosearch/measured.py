@@ -58,10 +58,11 @@ MAX_LINES = 100 * MAX_ROWS
 def read_csv(path: str | Path) -> pd.DataFrame:
     """A measured CSV, read safely (size and encoding caps, ``#`` comment lines: :mod:`cosearch._files`),
     with at most :data:`MAX_ROWS` rows (and :data:`MAX_LINES` lines, checked before parsing)."""
-    lines = _files.read_text(path, _files.CSV_MAX_BYTES).count("\n")
+    text = _files.read_text(path, _files.CSV_MAX_BYTES)  # read once: counted, then parsed
+    lines = text.count("\n")
     if lines > MAX_LINES:
         raise CosearchError(str(path), f"{lines:,} lines; a measured CSV holds at most {MAX_ROWS:,} rows")
-    df = _files.read_csv(path)
+    df = _files.parse_csv(text, str(path))
     if len(df) > MAX_ROWS:  # refused before any row is parsed as a scenario
         raise CosearchError(str(path), f"{len(df):,} rows; at most {MAX_ROWS:,} measured rows can be calibrated "
                             "(repeated measurements of one configuration: keep their median)")
