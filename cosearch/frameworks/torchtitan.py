@@ -43,8 +43,8 @@ and ``pipeline_parallel_microbatch_size`` the micro-batch.
 
 Refused: zero 1 without pipelining (torchtitan has no optimizer-only sharding), zero 2 or 3 with
 it, fp16 (torchtitan trains in bf16 or fp32), tensor parallelism without sequence parallelism
-(torchtitan's TP always shards norms over the sequence), attention other than flash (torchtitan runs
-PyTorch SDPA), ``plan.overlap_grad_reduce: false`` (FSDP2 and DDP always overlap), dropout,
+(torchtitan's TP always shards norms over the sequence), attention other than flash2 (torchtitan runs
+PyTorch SDPA, whose flash backend is FlashAttention-2), ``plan.overlap_grad_reduce: false`` (FSDP2 and DDP always overlap), dropout,
 offload, schedule zb-h1 (PyTorch's zero-bubble schedules are multi-stage: InterleavedZeroBubble,
 ZBVZeroBubble) and dualpipe (PyTorch has DualPipeV, the V-shaped
 variant with one parameter copy, not DualPipe's two). The model architecture is torchtitan's
@@ -301,7 +301,9 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
                     else whole(m.get("seq_len", 2048), "model.seq_len"))
     compiled = _switch(tr, "training", "compile")
     # torch.compile fuses the memory-bound ops and, with the model, the loss (torchtitan's compiled loss_fn)
-    training: dict[str, Any] = {"global_batch": gb, "precision": precision, "fusion": "fused" if compiled else "eager",
+    # PyTorch SDPA's flash backend is FlashAttention-2 (cosearch._cells.attention_kernel: the validation rows' rule)
+    training: dict[str, Any] = {"global_batch": gb, "precision": precision, "attention": "flash2",
+                                "fusion": "fused" if compiled else "eager",
                                 "cross_entropy": "fused" if compiled else "eager"}
     if "steps" in tr:
         training["tokens"] = float(_number(tr, "training", "steps", 1) * gb * m["seq_len"])
