@@ -177,3 +177,38 @@ def test_calibration_reports_constants_at_their_bound(tmp_path, capsys):
     csv.write_text(DOC_CSV)
     rc, stdout, _ = run_cli(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"), "--json")
     assert json.loads(stdout)["at_bound"] == ["network_efficiency"]  # the 3 rows want a faster network than exists
+
+
+def test_a_gpu_without_a_price_stays_a_candidate():
+    """b300 has no price in the catalog, so its cost is missing. The exhaustive front counted a missing cost
+    as a reason to drop the point: `best` named an H100 plan at 2.6x the step time of the fastest (b300) one,
+    where a sampled study (cost None ranks last) finds b300. A missing cost now ranks worst, not out."""
+    space = {"model": "llama3-8b", "training": {"global_batch": 64, "precision": "bf16", "tokens": 1.0e11},
+             "cluster": {"gpu": ["h100-sxm", "b300"], "gpus": [8]},
+             "plan": {"tp": [1, 2], "microbatch": [1, 2], "recompute": ["none", "full"]},
+             "objectives": ["step_time_s"]}
+    sp = parse_space(space)
+    m = sp.evaluate_rows(sp.rows_of_flat(np.arange(int(sp.size))))
+    feas = np.asarray(m["feasible"], dtype=bool)
+    assert np.isnan(np.asarray(m["cost_to_train_usd"], dtype=float)[feas]).any()  # the case under test
+    study = run_study(sp, "unpriced", optuna.storages.InMemoryStorage(), sampler="exhaustive").study
+    res = best(study)
+    assert res["scenario"]["cluster"]["gpu"] == "b300"
+    assert res["value"] == pytest.approx(brute(m, "step_time_s"), rel=1e-12)
+    for metric in ("mfu", "memory_gib"):  # re-enumerated answers (off the stored front) keep it too
+        assert best(study, objective=metric)["value"] == pytest.approx(brute(m, metric), rel=1e-12)
+    # a cost budget cannot hold a plan whose cost is unknown
+    capped = best(study, max_cost_usd=1.0e12)
+    assert capped["scenario"]["cluster"]["gpu"] == "h100-sxm"
+    assert capped["value"] == pytest.approx(brute(m, "step_time_s", cost_to_train_usd=1.0e12), rel=1e-12)
+
+
+def test_best_point_of_an_objective_no_point_has_is_none():
+    """Every point of this space is on an unpriced GPU: no cost to rank by (was an IndexError)."""
+    from cosearch.samplers import best_point
+
+    sp = parse_space({"model": "llama3-8b", "training": {"global_batch": 64, "precision": "bf16", "tokens": 1.0e11},
+                      "cluster": {"gpu": ["b300"], "gpus": [8]}, "plan": {"tp": [1, 2]}, "objectives": ["step_time_s"]})
+    flat, counts = best_point(sp, "cost_to_train_usd", {})
+    assert flat is None and counts["feasible"] == 2
+    assert best_point(sp, "step_time_s", {})[0] is not None

@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 #: Metrics ``cosearch best`` can bound, always part of an exhaustive front when finite.
 QUERY_METRICS = ("cost_to_train_usd", "gpus", "time_to_train_days")
+#: Stand-in for a missing value of a non-objective front metric: finite (pareto_mask skips non-finite
+#: rows) and worse than any real value.
+_WORST = float(np.finfo(np.float64).max)
 CHUNK = 32_768  # measured fastest (cache-sized temporaries): 0.44 s per 288k points vs 0.66 s at 262k
 
 
@@ -55,11 +58,16 @@ def fold_best(best: dict[str, float | None], metric: str, value: float | None) -
 
 
 def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarray, metrics: list[str],
-                 senses: list[str], counts: dict[str, int], best: dict[str, float | None]
-                 ) -> tuple[np.ndarray, np.ndarray] | None:
+                 senses: list[str], counts: dict[str, int], best: dict[str, float | None], *,
+                 required: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Fold one evaluated chunk (flat positions ``flat``) into ``counts`` and ``best`` (in place) and
     return its own front: ``metrics`` values and flat positions of its non-dominated feasible points
-    (None when none is feasible). Shared by the single-process and the dask enumerations."""
+    (None when none is feasible). Shared by the single-process and the dask enumerations.
+
+    The first ``required`` metrics (default: the space's objectives, which ``metrics`` lists first)
+    must be finite, as a sampled trial's objectives must be (else it is a failed trial). A later metric
+    without a value (the cost of a GPU with no price) counts as its worst, so the point stays a
+    candidate on the others: it was dropped, and the fastest plan on an unpriced GPU was never found."""
     valid = np.asarray(out["valid"], dtype=bool)
     fits = valid & np.asarray(out["fits"], dtype=bool)
     feas = np.asarray(out["feasible"], dtype=bool)
@@ -76,6 +84,11 @@ def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarra
         if v.size:
             fold_best(best, m, float(v.max() if direction(m) == "maximize" else v.min()))
     pts = np.stack([np.asarray(out[m], dtype=float)[feas] for m in metrics], axis=1)
+    n_req = len(space.objectives) if required is None else required
+    tail = pts[:, n_req:]
+    if not np.isfinite(tail).all():
+        worst = np.array([_WORST if s == "minimize" else -_WORST for s in senses[n_req:]])
+        pts[:, n_req:] = np.where(np.isfinite(tail), tail, worst)
     ids = flat[feas]
     mask = pareto_mask(pts, senses)
     return pts[mask], ids[mask]
@@ -84,8 +97,8 @@ def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarra
 def _enumerate(space: SearchSpace, metrics: list[str], senses: list[str], counts: dict[str, int],
                best: dict[str, float | None], *, chunk: int, profile: Profile,
                progress: Callable[[int, int], None] | None = None,
-               select: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None
-               ) -> tuple[np.ndarray, np.ndarray] | None:
+               select: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
+               required: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Evaluate every point of ``space`` chunk by chunk and return the exact front over ``metrics``
     of its feasible points (values, flat positions), or None when none is feasible. ``select``
     (optional) narrows ``feasible`` per chunk further (e.g. the budgets of a ``best`` query)."""
@@ -99,7 +112,7 @@ def _enumerate(space: SearchSpace, metrics: list[str], senses: list[str], counts
         out = space.evaluate(assign, profile)
         if select is not None:
             out["feasible"] = np.asarray(out["feasible"], dtype=bool) & select(out)
-        local = reduce_chunk(space, out, flat, metrics, senses, counts, best)
+        local = reduce_chunk(space, out, flat, metrics, senses, counts, best, required=required)
         if local is not None:
             pending.append(local)
             pending_rows += len(local[1])
@@ -134,12 +147,11 @@ def best_point(space: SearchSpace, objective: str, limits: dict[str, float], *, 
         return ok
 
     counts = _new_counts()
-    acc = _enumerate(space, metrics, senses, counts, {}, chunk=chunk, profile=profile, select=select)
-    if acc is None:
+    acc = _enumerate(space, metrics, senses, counts, {}, chunk=chunk, profile=profile, select=select, required=1)
+    if acc is None or not len(acc[1]):  # nothing feasible, or no feasible point has a value of ``objective``
         return None, counts
     pts, ids = acc
     y = pts * np.array([-1.0 if s == "maximize" else 1.0 for s in senses])
-    y = np.where(np.isnan(y), np.inf, y)
     order = np.lexsort(tuple([ids] + [y[:, j] for j in reversed(range(y.shape[1]))]))
     return int(ids[order[0]]), counts
 
