@@ -10,6 +10,8 @@ import math
 import re
 from typing import Any
 
+from .errors import CosearchError
+
 
 def _num(x: Any) -> float | None:
     """A CSV cell as a float, or None when empty."""
@@ -146,6 +148,30 @@ def stack_plan_facts(sharding: str, framework: str, zero: int) -> dict[str, Any]
 NEMO_LAUNCHER_FA2_RELEASES = ((24, 3), (24, 7))
 
 
+#: First PyTorch release whose SDPA picks cuDNN attention by default on Hopper/Blackwell: its
+#: ``check_prefer_cudnn_attention`` (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, in 2.10) prefers cuDNN on
+#: sm90/sm100 when the cuDNN is newer than 9.15 (the guard pytorch#138522 left after 2.5's cuDNN bugs), and 2.11's
+#: wheels bundle one (huggingface/transformers#48163, 2026-08). Measured on the lent H100 with torch 2.11.0+cu130 and
+#: cuDNN 9.19 (experiments/gpu/sdpa_default_backend.py): the default call is cuDNN, 500 TFLOP/s forward + backward on
+#: Llama 3 8B's attention at 8,192 tokens, against 281 for SDPA's FlashAttention-2 forced (the model: 480 and 282).
+SDPA_CUDNN_FROM = (2, 11)
+
+
+def sdpa_attention(torch_version: str | None) -> str:
+    """``training.attention`` of PyTorch's ``scaled_dot_product_attention`` under ``torch_version`` ("2.6.0",
+    "2.11"; None: a current release): ``flash`` (the GPU's own fused kernel: cuDNN on Hopper/Blackwell, the one
+    FlashAttention-2 is on Ampere) from :data:`SDPA_CUDNN_FROM` on, FlashAttention-2's rate (``flash2``) before."""
+    if torch_version is None:
+        return "flash"
+    parts = str(torch_version).split("+")[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        raise CosearchError("--torch-version", f"expects a PyTorch version such as 2.6 or 2.11.0 (got {torch_version!r})"
+                            ) from None
+    return "flash" if (major, minor) >= SDPA_CUDNN_FROM else "flash2"
+
+
 def attention_kernel(framework: str, legacy: bool) -> str:
     """``training.attention`` of a row's stack: unfused for the pre-2022 Megatron-LM runs (``legacy``), the 2023
     Triton kernel where the framework names Triton (llm-foundry), FlashAttention-2's rate ("flash2") for PyTorch
@@ -153,7 +179,7 @@ def attention_kernel(framework: str, legacy: bool) -> str:
     backward", PyTorch blog "FlexAttention", 2024-08-07), for PyTorch's ``scaled_dot_product_attention``
     ("SDPA": its flash backend is FlashAttention-2, and on H100 it does not pick the cuDNN backend:
     pytorch/pytorch#142132, Dec 2024, native SDPA 329 vs cuDNN 631 TFLOP/s at head_dim 128, "expected, see
-    #141133") and for NeMo containers run with cuDNN attention switched off
+    #141133"; every SDPA row predates PyTorch 2.11, :func:`sdpa_attention`) and for NeMo containers run with cuDNN attention switched off
     (:data:`NEMO_LAUNCHER_FA2_RELEASES`), else the GPU's own fused kernel."""
     f = framework.lower()
     if legacy:

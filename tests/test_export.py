@@ -7,7 +7,7 @@ import sys
 import optuna
 import pytest
 
-from cosearch import CosearchError
+from cosearch import CosearchError, estimate
 from cosearch.cli import main
 from cosearch.frameworks import deepspeed, export, megatron, torchtitan
 from cosearch.scenario import parse_scenario
@@ -76,11 +76,6 @@ def scenario(model=None, training=None, cluster=None, **plan):
         "cluster": cluster or {"gpu": "h100-sxm", "gpus": 256},
         "plan": plan,
     })
-
-
-def titan(training=None, **kwargs):
-    """A scenario with torchtitan's attention: PyTorch SDPA, whose flash backend is FlashAttention-2."""
-    return scenario(training={"attention": "flash2", **(training or {})}, **kwargs)
 
 
 ROUND_TRIP = {
@@ -193,22 +188,22 @@ def test_deepspeed_json_keys_documented_and_batch_arithmetic(plan):
     ("megatron", scenario(tp=3), "plan"),
     ("megatron", scenario(training={"global_batch": 100}), "training.global_batch"),
     ("nemo", scenario(zero=3), "plan.zero"),
-    ("torchtitan", titan(zero=1), "plan.zero"),
+    ("torchtitan", scenario(zero=1), "plan.zero"),
     # under pipelining FSDP2 keeps parameters and gradients whole until the last micro-batch: zero 3 is not what runs
-    ("torchtitan", titan(pp=4, zero=3, recompute="op"), "plan.zero"),
-    ("torchtitan", titan(tp=8, zero=3), "plan.sequence_parallel"),
-    ("torchtitan", titan(training={"precision": "fp16"}, zero=3), "training.precision"),
+    ("torchtitan", scenario(pp=4, zero=3, recompute="op"), "plan.zero"),
+    ("torchtitan", scenario(tp=8, zero=3), "plan.sequence_parallel"),
+    ("torchtitan", scenario(training={"precision": "fp16"}, zero=3), "training.precision"),
     # async TP needs torch.compile: an eager plan would be estimated with an overlap torchtitan never runs
-    ("torchtitan", titan(training={"fusion": "eager"}, tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True,
+    ("torchtitan", scenario(training={"fusion": "eager"}, tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True,
                             tp_overlap_passes="forward"), "plan.tp_comm_overlap"),
     # async TP hides the forward's collectives only; TE userbuffers (Megatron-Core, NeMo) every pass's
-    ("torchtitan", titan(tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True), "plan.tp_overlap_passes"),
+    ("torchtitan", scenario(tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True), "plan.tp_overlap_passes"),
     ("megatron", scenario(tp=8, sequence_parallel=True, tp_comm_overlap=True, tp_overlap_passes="forward"),
      "plan.tp_overlap_passes"),
     # full recompute must say how it ends: Megatron/NeMo/DeepSpeed rerun the whole layer, torchtitan stops early
-    ("torchtitan", titan(zero=3, recompute="full"), "plan.recompute_early_stop"),
+    ("torchtitan", scenario(zero=3, recompute="full"), "plan.recompute_early_stop"),
     # per-op SAC (op) is torchtitan's; Megatron's selective (attention core) is not
-    ("torchtitan", titan(zero=3, recompute="selective"), "plan.recompute"),
+    ("torchtitan", scenario(zero=3, recompute="selective"), "plan.recompute"),
     ("megatron", scenario(tp=8, recompute="op"), "plan.recompute"),
     ("nemo", scenario(tp=8, zero=1, recompute="op"), "plan.recompute"),
     ("deepspeed", scenario(zero=3, recompute="op"), "plan.recompute"),
@@ -242,7 +237,7 @@ def test_nemo_overrides():
 def test_torchtitan_toml_round_trip(plan):
     import tomllib
 
-    sc = titan(**plan)
+    sc = scenario(**plan)
     text = export(sc, "torchtitan")
     doc = tomllib.loads(text)
     par = doc["parallelism"]
@@ -256,7 +251,7 @@ def test_torchtitan_fsdp_under_pipelining_reads_and_writes_as_zero_1():
     import tomllib
 
     # 256 GPUs, TP 8 x PP 4: 8 data-parallel ranks, all of them FSDP2 shards
-    par = tomllib.loads(export(titan(tp=8, pp=4, microbatch=1, zero=1, recompute="op", sequence_parallel=True),
+    par = tomllib.loads(export(scenario(tp=8, pp=4, microbatch=1, zero=1, recompute="op", sequence_parallel=True),
                                "torchtitan"))["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (8, 1)
     # whatever the reshard policy, PyTorch's pipelining keeps the stage whole until its last micro-batch
@@ -275,19 +270,19 @@ def test_torchtitan_compile_is_the_fusion():
 
     for fusion, compiled in (("fused", True), ("eager", False)):
         # the loss compiles with the model: eager torchtitan runs PyTorch's fp32 cross-entropy
-        sc = titan(training={"fusion": fusion, "cross_entropy": fusion}, microbatch=1, zero=3, recompute="op",
+        sc = scenario(training={"fusion": fusion, "cross_entropy": fusion}, microbatch=1, zero=3, recompute="op",
                       fsdp_overlap=1.0)  # FSDP2 prefetches
         text = export(sc, "torchtitan")
         assert tomllib.loads(text)["training"]["compile"] is compiled
         _same(sc, torchtitan.parse_toml(text, dict(LLAMA_70B), sc.cluster.model_dump(exclude_none=True)))
     with pytest.raises(CosearchError, match="training.cross_entropy"):
-        export(titan(training={"fusion": "eager"}, microbatch=1, zero=3, recompute="op"), "torchtitan")
+        export(scenario(training={"fusion": "eager"}, microbatch=1, zero=3, recompute="op"), "torchtitan")
 
 
 def test_torchtitan_async_tp_without_compile_reads_as_no_overlap():
     import tomllib
 
-    sc = titan(tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True, tp_overlap_passes="forward",
+    sc = scenario(tp=8, zero=3, sequence_parallel=True, tp_comm_overlap=True, tp_overlap_passes="forward",
                   microbatch=1, recompute="op", fsdp_overlap=1.0)
     doc = tomllib.loads(export(sc, "torchtitan"))
     assert doc["parallelism"]["enable_async_tensor_parallel"] is True and doc["training"]["compile"] is True
@@ -320,7 +315,7 @@ def test_cli_export_and_estimate_from_megatron_args(tmp_path, capsys):
 
 
 def test_cli_estimate_torchtitan_and_cluster_snippet(tmp_path, capsys):
-    sc = titan(tp=8, zero=3, sequence_parallel=True, fsdp_overlap=1.0)  # FSDP2 prefetches
+    sc = scenario(tp=8, zero=3, sequence_parallel=True, fsdp_overlap=1.0)  # FSDP2 prefetches
     (tmp_path / "job.toml").write_text(export(sc, "torchtitan"))
     (tmp_path / "model.yaml").write_text(json.dumps({"model": LLAMA_70B}))
     assert main(["estimate", "--torchtitan-toml", str(tmp_path / "job.toml"), "--model", str(tmp_path / "model.yaml"),
@@ -403,3 +398,33 @@ def test_optimizer_states_export_round_trip_and_refusals():
     for fn in (megatron.flags, deepspeed.config):
         with pytest.raises(CosearchError, match="training.optimizer_states.*allowed"):
             fn(pure)
+
+
+def test_torchtitan_attention_follows_the_jobs_pytorch(tmp_path, capsys):
+    """SDPA's kernel is the installed PyTorch's choice: cuDNN (``flash``) from 2.11 on Hopper/Blackwell,
+    FlashAttention-2 (``flash2``) before. The export states which PyTorch its estimate assumed; the import
+    takes the job's version (default: a current release)."""
+    for attention, version in (("flash", None), ("flash", "2.11.0+cu130"), ("flash2", "2.6.0")):
+        sc = scenario(training={"attention": attention}, microbatch=1, zero=3, recompute="op", fsdp_overlap=1.0)
+        text = export(sc, "torchtitan")
+        assert ("(FlashAttention-2)" in text) == (attention == "flash2")
+        back = torchtitan.parse_toml(text, dict(LLAMA_70B), sc.cluster.model_dump(exclude_none=True),
+                                     torch_version=version)
+        _same(sc, back)
+    # the same TOML read for PyTorch 2.6 and for today's: only the attention kernel differs, and it is slower
+    cluster = {"gpu": "h100-sxm", "gpus": 256}
+    old = torchtitan.parse_toml(text, dict(LLAMA_70B), cluster, torch_version="2.6")
+    new = torchtitan.parse_toml(text, dict(LLAMA_70B), cluster)
+    assert (old.training.attention, new.training.attention) == ("flash2", "flash")
+    assert estimate(old)["step_time_s"] > estimate(new)["step_time_s"]
+    with pytest.raises(CosearchError) as err:
+        torchtitan.parse_toml(text, dict(LLAMA_70B), cluster, torch_version="latest")
+    assert err.value.field == "--torch-version"
+    (tmp_path / "job.toml").write_text(text)
+    (tmp_path / "model.yaml").write_text(json.dumps({"model": LLAMA_70B}))
+    args = ["estimate", "--torchtitan-toml", str(tmp_path / "job.toml"), "--model", str(tmp_path / "model.yaml"),
+            "--cluster", "{gpu: h100-sxm, gpus: 256}", "--json"]
+    capsys.readouterr()
+    assert main(args + ["--torch-version", "2.6"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["training"]["attention"] == "flash2"
+    assert main(["estimate", "examples/gpt3-175b.yaml", "--torch-version", "2.6"]) == 2

@@ -14,11 +14,9 @@ from cosearch.scenario import parse_scenario
 H100_8 = {"gpu": "h100-sxm", "gpus": 8}
 
 
-def _scenario(plan, training=None, model="llama3-8b", cluster=H100_8, global_batch=64, fmt=None):
-    """``fmt`` torchtitan: attention defaults to what it runs, PyTorch SDPA's FlashAttention-2 (flash2)."""
-    kernels = {"attention": "flash2"} if fmt == "torchtitan" else {}
+def _scenario(plan, training=None, model="llama3-8b", cluster=H100_8, global_batch=64):
     return parse_scenario({"model": model, "training": {"global_batch": global_batch, "precision": "bf16",
-                                                        **kernels, **(training or {})},
+                                                        **(training or {})},
                            "cluster": dict(cluster), "plan": plan})
 
 
@@ -28,7 +26,9 @@ def _reimport(sc, fmt):
     cluster = sc.cluster.model_dump(exclude_none=True)
     if fmt == "megatron":
         return megatron.parse_args("\n".join(x for x in text.splitlines() if not x.startswith("#")), cluster)
-    return torchtitan.parse_toml(text, sc.model.model_dump(), cluster)
+    # the job's PyTorch sets SDPA's kernel: FlashAttention-2 before 2.11, cuDNN (flash) after
+    return torchtitan.parse_toml(text, sc.model.model_dump(), cluster,
+                                 torch_version="2.6" if sc.training.attention == "flash2" else None)
 
 
 def _plan(sc):
@@ -75,13 +75,13 @@ ZG_EQ_DP_CP = {"tp": 1, "cp": 2, "zero": 1, "zero_group": 4}  # 8 GPUs: dp 4, th
 def test_zero_group_under_context_parallelism_is_refused(fmt, plan):
     # Megatron-Core's instances slice the dp-with-cp group and torchtitan's HSDP shards over dp_shard x cp: a group
     # of data-parallel ranks replicated over cp (the model's zero_group) is not a launch these frameworks run
-    assert_refused(_scenario(plan, fmt=fmt), fmt, "plan.zero_group")
+    assert_refused(_scenario(plan), fmt, "plan.zero_group")
 
 
 @pytest.mark.parametrize("fmt", ["megatron", "torchtitan"])
 def test_default_sharding_group_under_context_parallelism_round_trips(fmt):
     plan = {"tp": 1, "cp": 2, "zero": 3, "fsdp_overlap": 1.0} if fmt == "torchtitan" else {"tp": 1, "cp": 2, "zero": 1}
-    sc = _scenario(plan, fmt=fmt)
+    sc = _scenario(plan)
     assert_same_plan(sc, _reimport(sc, fmt))
 
 
@@ -107,7 +107,7 @@ PP_CP = {"tp": 1, "pp": 8, "cp": 2, "microbatch": 2, "recompute": "op", "zero": 
 
 def test_torchtitan_sharding_over_cp_only_round_trips():
     # 16 B200, pp 8 x cp 2: dp 1, so data_parallel_shard_degree = 1; torchtitan still shards over cp
-    sc = _scenario(PP_CP, model="llama3-70b", cluster={"gpu": "b200", "gpus": 16}, global_batch=8, fmt="torchtitan")
+    sc = _scenario(PP_CP, model="llama3-70b", cluster={"gpu": "b200", "gpus": 16}, global_batch=8)
     par = tomllib.loads(export(sc, "torchtitan"))["parallelism"]
     assert (par["data_parallel_shard_degree"], par["context_parallel_degree"]) == (1, 2)
     back = _reimport(sc, "torchtitan")  # was zero 0: 183.4 GiB, does not fit, vs 129.7
@@ -125,8 +125,7 @@ def test_torchtitan_reads_shard_degree_1_with_cp_as_fsdp():
 @pytest.mark.parametrize("pp", [1, 2])
 def test_torchtitan_zero_0_with_cp_is_refused(pp):
     # replicate = dp, shard = 1 runs FSDP2 over the cp ranks (fsdp_enabled = dp_shard > 1 or cp > 1)
-    assert_refused(_scenario({"tp": 1, "pp": pp, "cp": 2, "zero": 0, "recompute": "op"}, fmt="torchtitan"), "torchtitan",
-                   "plan.zero")
+    assert_refused(_scenario({"tp": 1, "pp": pp, "cp": 2, "zero": 0, "recompute": "op"}), "torchtitan", "plan.zero")
 
 
 # ------------------------------------------------------------ bug 3: fields an export cannot express
@@ -144,7 +143,7 @@ def test_torchtitan_zero_0_with_cp_is_refused(pp):
     ("deepspeed", {"cross_entropy": "eager"}, "training.cross_entropy"),
     ("deepspeed", {"dropout": True}, "training.dropout"),
     ("torchtitan", {"attention": "standard"}, "training.attention"),
-    ("torchtitan", {"attention": "flash"}, "training.attention"),   # was exported as SDPA
+    ("torchtitan", {"attention": "triton"}, "training.attention"),
 ])
 def test_training_kernels_a_framework_does_not_run_are_refused(fmt, training, field):
     plan = {"zero": 3, "fsdp_overlap": 1.0, "recompute": "op"} if fmt == "torchtitan" else {"zero": 1}
@@ -160,10 +159,9 @@ MPT_PLAN = {"tp": 2, "pp": 4, "recompute": "op", "sequence_parallel": True, "zer
     (MPT_PLAN, {"attention": "standard"}, "training.attention"),                   # torchtitan runs SDPA
 ])
 def test_torchtitan_refuses_what_it_cannot_express(plan, training, field):
-    sc = _scenario(plan, training, fmt="torchtitan", **MPT)
+    sc = _scenario(plan, training, **MPT)
     assert_refused(sc, "torchtitan", field)
-    ok = _scenario(MPT_PLAN, fmt="torchtitan", **MPT)
-    assert_same_plan(ok, _reimport(ok, "torchtitan"))
+    assert_same_plan(_scenario(MPT_PLAN, **MPT), _reimport(_scenario(MPT_PLAN, **MPT), "torchtitan"))
 
 
 def test_deepspeed_without_zero_does_not_overlap_the_gradient_reduction():
@@ -180,12 +178,12 @@ def test_deepspeed_without_zero_does_not_overlap_the_gradient_reduction():
 def test_zero3_overlap_is_the_frameworks(fmt, overlap, field):
     plan = {"zero": 3, "recompute": "op" if fmt == "torchtitan" else "none",
             **({} if overlap is None else {"fsdp_overlap": overlap})}
-    assert_refused(_scenario(plan, fmt=fmt), fmt, field)
+    assert_refused(_scenario(plan), fmt, field)
 
 
 @pytest.mark.parametrize("fmt", ["megatron", "torchtitan"])
 def test_zero3_with_prefetch_round_trips(fmt):
-    sc = _scenario({"zero": 3, "fsdp_overlap": 1.0, "recompute": "op" if fmt == "torchtitan" else "none"}, fmt=fmt)
+    sc = _scenario({"zero": 3, "fsdp_overlap": 1.0, "recompute": "op" if fmt == "torchtitan" else "none"})
     back = _reimport(sc, fmt)
     assert back.plan.fsdp_overlap == 1.0
     assert_same_plan(sc, back)

@@ -280,7 +280,6 @@ def test_explain_offers_the_other_schedules():
 def test_export_maps_or_refuses_each_schedule():
     base = yaml.safe_load(open(GPT3))
     base["plan"].update(zero=0, recompute="op")  # torchtitan's selective checkpointing is per-op SAC
-    base["training"]["attention"] = "flash2"  # and its attention PyTorch SDPA's FlashAttention-2
 
     def sc(schedule, v):
         d = copy.deepcopy(base)

@@ -18,7 +18,7 @@ OPTIMIZER_STATES = {"Megatron-LM": ("fp32", "bf16_moments")}  # Megatron-Core's 
 KERNELS = {
     "Megatron-LM": {"attention": ("flash", "standard"), "fusion": ("fused",), "cross_entropy": ("fused",)},
     "NeMo": {"attention": ("flash",), "fusion": ("fused",), "cross_entropy": ("fused",)},
-    "torchtitan": {"attention": ("flash2",)},
+    "torchtitan": {"attention": ("flash", "flash2")},
     "DeepSpeed": {"attention": ("flash",), "fusion": ("fused",), "cross_entropy": ("fused",)},
 }
 #: What each framework runs for those fields: the reason of a refusal.
@@ -28,7 +28,8 @@ KERNELS_RUN = {
                    "elementwise kernels (no eager mode); its vocab-parallel cross-entropy on the 16-bit logits",
     "NeMo": "NeMo (Megatron-Core) runs Transformer Engine's fused attention (this export sets no other backend), fused "
             "elementwise kernels and the vocab-parallel cross-entropy on the 16-bit logits",
-    "torchtitan": "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (training.attention flash2; on H100 SDPA does not pick cuDNN: pytorch/pytorch#142132); no TE fused, unfused or Triton attention setting is mapped",
+    "torchtitan": "torchtitan runs PyTorch SDPA: flash (cuDNN, PyTorch >= 2.11 on Hopper/Blackwell) or flash2 "
+                  "(FlashAttention-2, earlier PyTorch); no unfused or Triton attention setting is mapped",
     "DeepSpeed": "kernels are the model code's, not DeepSpeed config settings; this export maps the scenario defaults",
 }
 #: The ZeRO-3 implementation each export writes (others: none or DeepSpeed's own ZeRO-3).

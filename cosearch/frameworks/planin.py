@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "among the flags and the cluster from --gpu/--gpus, --cluster or a torchrun prefix")
     g.add_argument("--torchtitan-toml", metavar="FILE", help="a torchtitan job TOML; needs --model and the cluster")
     g.add_argument("--model", help="with --torchtitan-toml: a model preset name or a YAML file of model fields")
+    g.add_argument("--torch-version", metavar="X.Y", help="with --torchtitan-toml: the job's PyTorch (SDPA's attention "
+                   "kernel: cuDNN from 2.11 on Hopper/Blackwell, FlashAttention-2 before); default: a current release")
     g.add_argument("--gpu", help="catalog GPU id of the cluster (see cosearch catalog)")
     g.add_argument("--gpus", type=int, help="GPUs in the job (the launcher's world size)")
     g.add_argument("--cluster", help="cluster fields as a YAML file or inline YAML, e.g. '{gpu: h100-sxm, gpus: 64}'")
@@ -76,6 +78,8 @@ def scenario_from_args(args: argparse.Namespace) -> Any:
     given = [x for x in (args.scenario, args.megatron_args, args.torchtitan_toml) if x]
     if len(given) != 1:
         raise CosearchError("scenario", "give exactly one of SCENARIO, --megatron-args, --torchtitan-toml")
+    if getattr(args, "torch_version", None) and not args.torchtitan_toml:
+        raise CosearchError("--torch-version", "only with --torchtitan-toml (a scenario states training.attention)")
     if args.megatron_args:
         from .megatron import parse_args
 
@@ -92,5 +96,5 @@ def scenario_from_args(args: argparse.Namespace) -> Any:
             model = read_yaml(args.model)
             model = model.get("model", model) if isinstance(model, dict) else model
         text = read_text(args.torchtitan_toml, TOML_MAX_BYTES)  # a FIFO, device or binary file: refused
-        return parse_toml(text, model, _cluster(args))
+        return parse_toml(text, model, _cluster(args), torch_version=args.torch_version)
     return args.scenario

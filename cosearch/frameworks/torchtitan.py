@@ -43,8 +43,10 @@ and ``pipeline_parallel_microbatch_size`` the micro-batch.
 
 Refused: zero 1 without pipelining (torchtitan has no optimizer-only sharding), zero 2 or 3 with
 it, fp16 (torchtitan trains in bf16 or fp32), tensor parallelism without sequence parallelism
-(torchtitan's TP always shards norms over the sequence), attention other than flash2 (torchtitan runs
-PyTorch SDPA, whose flash backend is FlashAttention-2), ``plan.overlap_grad_reduce: false`` (FSDP2 and DDP always overlap), dropout,
+(torchtitan's TP always shards norms over the sequence), attention other than flash or flash2 (torchtitan runs
+PyTorch SDPA: cuDNN's fused kernel from PyTorch 2.11 on Hopper/Blackwell, FlashAttention-2 before;
+:func:`cosearch._cells.sdpa_attention`; the export's header names the PyTorch its estimate assumes, and the
+import takes ``torch_version``), ``plan.overlap_grad_reduce: false`` (FSDP2 and DDP always overlap), dropout,
 offload, schedule zb-h1 (PyTorch's zero-bubble schedules are multi-stage: InterleavedZeroBubble,
 ZBVZeroBubble) and dualpipe (PyTorch has DualPipeV, the V-shaped
 variant with one parameter copy, not DualPipe's two). The model architecture is torchtitan's
@@ -55,7 +57,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .. import hf
-from .._cells import pipelined_zero, tp_overlap_passes
+from .._cells import SDPA_CUDNN_FROM, pipelined_zero, sdpa_attention, tp_overlap_passes
 from ..errors import CosearchError
 from ..presets import preset
 from ..scenario import MAX_COUNT, Scenario, parse_scenario
@@ -159,7 +161,10 @@ def export(sc: Scenario) -> str:
     lines = [f"# {VERSION} job config: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}",
              f"# model shape (set [model] name/flavor to match): layers={m.layers} hidden={m.hidden} heads={m.heads} "
              f"kv_heads={m.kv_heads} ffn_hidden={m.ffn_hidden} gated_mlp={m.gated_mlp} vocab={m.vocab} "
-             f"tied_embeddings={m.tied_embeddings}"]
+             f"tied_embeddings={m.tied_embeddings}",
+             "# attention: PyTorch SDPA as PyTorch " + (f">= {'.'.join(map(str, SDPA_CUDNN_FROM))} runs it (cuDNN on "
+             "Hopper/Blackwell)" if sc.training.attention == "flash" else
+             f"< {'.'.join(map(str, SDPA_CUDNN_FROM))} runs it (FlashAttention-2)")]
     for name, body in sections(sc).items():
         lines += ["", f"[{name}]"] + [f"{k} = {_value(v)}" for k, v in body.items()]
     return "\n".join(lines) + "\n"
@@ -232,7 +237,7 @@ def _sharding(shard: int, rep: int, cp: int, pp: int, reshard: str) -> tuple[int
     return zero, shard if rep > 1 else None
 
 
-def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
+def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: str | None = None) -> Scenario:
     """A :class:`Scenario` from a torchtitan job TOML (the inverse of :func:`export`).
 
     torchtitan names its architecture (``[model] name/flavor``) instead of writing the shape,
@@ -240,7 +245,8 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
     (``gpu`` and ``gpus``). torchtitan defaults apply to absent keys (degrees 1, shard degree -1 =
     the remaining GPUs, global batch -1 = local batch x dp, activation checkpointing selective).
     Every key read is checked (tables are tables, degrees and sizes integers >= 1): a bad value is a
-    one-line error naming ``section.key``.
+    one-line error naming ``section.key``. ``torch_version`` (None: a current release) sets the attention
+    kernel SDPA picks (:func:`cosearch._cells.sdpa_attention`).
     """
     doc = _parse(text)
     m = _model(model)
@@ -301,8 +307,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any]) -> Scenario:
                     else whole(m.get("seq_len", 2048), "model.seq_len"))
     compiled = _switch(tr, "training", "compile")
     # torch.compile fuses the memory-bound ops and, with the model, the loss (torchtitan's compiled loss_fn)
-    # PyTorch SDPA's flash backend is FlashAttention-2 (cosearch._cells.attention_kernel: the validation rows' rule)
-    training: dict[str, Any] = {"global_batch": gb, "precision": precision, "attention": "flash2",
+    training: dict[str, Any] = {"global_batch": gb, "precision": precision, "attention": sdpa_attention(torch_version),
                                 "fusion": "fused" if compiled else "eager",
                                 "cross_entropy": "fused" if compiled else "eager"}
     if "steps" in tr:
