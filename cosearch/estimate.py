@@ -68,6 +68,16 @@ def _deeppool(sc: Scenario, cols: dict, out: dict, profile: Profile) -> dict[str
     }
 
 
+def _burst_columns(sc: Scenario) -> dict[str, float]:
+    """The model columns of an inventory plan that uses one GPU type, as the ordinary scenario of that type
+    (:func:`cosearch.inventory.homogeneous_scenario`): what the burst schedule needs, since ``estimate`` keeps
+    only ``dp`` of an inventory's columns. Only such plans reach the DeepPool hook (several types refuse burst
+    and multiplexing)."""
+    from .inventory import homogeneous_scenario
+
+    return scalar_columns(scenario_columns(homogeneous_scenario(sc)))
+
+
 def check_profile(profile: Any) -> Profile:
     """``profile`` as the public functions take it: a :class:`Profile`, or None for the shipped one.
     Anything else (a name, a dict, a file path) is a one-line error naming ``profile`` here rather
@@ -142,7 +152,7 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
         unit = band.rsplit("_", 1)[1]
         result[f"{key}_low_{unit}"], result[f"{key}_high_{unit}"] = result[band] or (None, None)
     if "total_tokens_per_s" in out:  # hook: DeepPool burst parallelism / multiplexing (cosearch.model.burst)
-        result["deeppool"] = _deeppool(sc, cols, out, profile)
+        result["deeppool"] = _deeppool(sc, _burst_columns(sc) if by_type else cols, out, profile)
     result["warnings"] = []
     if calibrated_range is not None:
         from .calibration import range_warnings

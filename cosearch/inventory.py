@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from . import hardware
 from .errors import CosearchError
 from .model.feasibility import check_scalar
 from .model.hetero import BY_TYPE, HARDWARE_COLUMNS, HETERO_CODES, common_columns, evaluate_hetero
@@ -22,6 +23,15 @@ from .scenario import (  # noqa: F401 - check_inventory_scenario, gpus_used re-e
 def type_hardware(name: str, precision: str) -> dict[str, float]:
     """:data:`HARDWARE_COLUMNS` of one catalog GPU (no overrides: they are refused with an inventory)."""
     return {k: v for k, v in hardware_values(ClusterSpec(gpu=name, gpus=1), precision).items() if k in HARDWARE_COLUMNS}
+
+
+def unused_type_hardware(name: str) -> dict[str, float]:
+    """:data:`HARDWARE_COLUMNS` of a type the plan leaves idle, whatever precisions it has: its peak NaN (never
+    read), as the search path gives it. Read at a precision the type has, so that an idle V100 or T4 (no bf16)
+    does not refuse a bf16 or fp8 plan on the other types."""
+    peaks = hardware.gpu(name)["peak_tflops"]
+    have = next((p for p in hardware.PRECISIONS if peaks.get(p)), hardware.PRECISIONS[0])
+    return {**type_hardware(name, have), "peak_tflops": float("nan")}
 
 
 def inventory_columns(sc: Scenario) -> dict[str, Any]:
@@ -38,7 +48,7 @@ def inventory_columns(sc: Scenario) -> dict[str, Any]:
         except CosearchError:  # a precision the type lacks: an error only where the plan uses the type
             if used[n]:
                 raise
-            hws.append({**type_hardware(n, "bf16"), "peak_tflops": float("nan")})
+            hws.append(unused_type_hardware(n))
     return dict(common=common, hardware=hws,
                 use=[float(used[n]) for n in names], mode=float(HETERO_CODES[sc.plan.hetero]), names=names,
                 inventory=[float(sc.cluster.inventory[n]) for n in names])

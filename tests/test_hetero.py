@@ -15,6 +15,7 @@ from cosearch.errors import CosearchError
 from cosearch.model.evaluate import evaluate_parts
 from cosearch.model.split import balanced_split
 from cosearch.model.profile import DEFAULT_PROFILE
+from cosearch.search.space import parse_space
 
 GIB = 2.0**30
 
@@ -195,6 +196,38 @@ def test_unused_type_without_fp8_does_not_block_an_fp8_plan():
     mixed = {"inventory": {"h100-sxm": 8, "a100-80gb": 8}}
     r = cosearch.estimate({**sc, "cluster": mixed, "plan": {"tp": 8, "gpus_by_type": {"a100-80gb": 0}}})
     h = cosearch.estimate({**sc, "cluster": {"gpu": "h100-sxm", "gpus": 8}, "plan": {"tp": 8}})
+    assert r["step_time_s"] == h["step_time_s"]
+
+
+@pytest.mark.parametrize("idle,precision", [("v100-32gb", "bf16"), ("t4", "bf16"), ("v100-32gb", "fp8")])
+def test_unused_type_without_bf16_does_not_block_the_plan(idle, precision):
+    """An idle V100 or T4 (fp16 only) in the inventory: the plan on the H100s is the single-type job, as the
+    search path evaluates it (estimate used to refuse it: 'bf16 is not supported on v100-32gb')."""
+    sc = {**BASE, "training": {**BASE["training"], "precision": precision}}
+    for hetero, plan in (("pipeline", {"tp": 2, "dp": 2}), ("data", {"tp": 2, "pp": 2})):
+        r = cosearch.estimate({**sc, "cluster": {"inventory": {"h100-sxm": 16, idle: 8}},
+                               "plan": {"hetero": hetero, "gpus_by_type": {idle: 0}, **plan}})
+        size = {"pp": 4} if hetero == "pipeline" else {"dp": 4}
+        h = cosearch.estimate({**sc, "cluster": {"gpu": "h100-sxm", "gpus": 16}, "plan": {**plan, **size}})
+        for key in ("step_time_s", "memory_gib", "mfu", "cost_to_train_usd", "breakdown_s", "memory_breakdown_gib"):
+            assert r[key] == h[key], (hetero, key)
+        space = parse_space({**sc, "cluster": {"inventory": {"h100-sxm": 16, idle: 8}},
+                             "plan": {"hetero": hetero, "gpus_by_type": {idle: 0}, "microbatch": [1, 2], **plan},
+                             "objectives": ["step_time_s"]}, prune=False)
+        out = space.evaluate_rows(np.array([[0.0]]))
+        assert bool(out["valid"][0]) and out["step_time_s"][0] == r["step_time_s"]
+
+
+def test_one_type_inventory_with_burst_equals_homogeneous():
+    """DeepPool burst on an inventory plan that uses one type: estimate's burst schedule is the single-type job's
+    (it used to fail with 'columns: missing model input columns: layers, ...')."""
+    plan = {"tp": 2, "burst": True, "burst_block_layers": 4, "multiplex": True}
+    r = cosearch.estimate({**BASE, "training": {**BASE["training"], "global_batch": 64},
+                           "cluster": {"inventory": {"h100-sxm": 16, "a100-80gb": 8}},
+                           "plan": {**plan, "hetero": "data", "gpus_by_type": {"a100-80gb": 0}}})
+    h = cosearch.estimate({**BASE, "training": {**BASE["training"], "global_batch": 64},
+                           "cluster": {"gpu": "h100-sxm", "gpus": 16}, "plan": plan})
+    assert r["deeppool"] == h["deeppool"] and r["deeppool"]["schedule"]
     assert r["step_time_s"] == h["step_time_s"]
 
 
