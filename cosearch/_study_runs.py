@@ -210,7 +210,7 @@ def _run_optuna(space: SearchSpace, study: optuna.Study, method: str, n_trials: 
             for t, rec in zip(asked, records):
                 _tell_mirror(mirror, t, rec, m.penalize, space.directions)
             n_done += len(asked)
-            n_feas += sum(1 for r in records if r.feasible and r.state == TrialState.COMPLETE)
+            n_feas += sum(1 for r in records if r.feasible)
         else:  # interrupted before anything was stored: drop the asked trials from the mirror
             for t in asked:
                 mirror.tell(t, state=TrialState.FAIL)
@@ -294,7 +294,7 @@ def _run_scipy(space: SearchSpace, study: optuna.Study, method: str, n_trials: i
             with deferred_interrupt():
                 writer.create_finished(queue)
             state["written"] += len(queue)
-            state["feasible"] += sum(1 for r in queue if r.feasible and r.state == TrialState.COMPLETE)
+            state["feasible"] += sum(1 for r in queue if r.feasible)
             queue.clear()
             if callback is not None:
                 callback({"done": n_before + state["written"], "total": n_trials, "new": state["written"],

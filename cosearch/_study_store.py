@@ -167,7 +167,8 @@ def _set_summary(study: optuna.Study, method: str, update: Mapping[str, Any], ru
 
 
 def _feasible_count(trials: Sequence[FrozenTrial]) -> int:
-    return sum(1 for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") is True)
+    """Evaluated feasible trials, FAIL ones included (an objective without a value: a GPU with no price)."""
+    return sum(1 for t in trials if counts_as_trial(t) and t.user_attrs.get("feasible") is True)
 
 
 def _drop_if_empty(study: optuna.Study) -> None:

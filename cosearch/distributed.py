@@ -33,8 +33,8 @@ import numpy as np
 
 from ._malloc import keep_heap
 from .errors import CosearchError
-from .search.pareto import merge_fronts, pareto_mask
-from .samplers._exhaustive import fold_best, reduce_chunk
+from .search.pareto import merge_fronts
+from .samplers._exhaustive import fold_best, objective_front_size, reduce_chunk
 from .search.space import SearchSpace, direction
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class SweepResult:
         n_obj_front = None
         if objectives is not None:
             k = len(objectives)
-            n_obj_front = int(pareto_mask(self.points[:, :k], directions).sum()) if self.index.size else 0
+            n_obj_front = objective_front_size(self.points[:, :k], list(directions)) if self.index.size else 0
         return {
             **self.counts, "front_size": int(self.index.size), "objective_front_size": n_obj_front,
             "front_metrics": list(self.columns), "best": dict(self.best),

@@ -19,7 +19,8 @@ from ._trials import build_records
 from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
 from .samplers import ParamCodec
-from .search.pareto import pareto_mask
+from .search.pareto import missing_as_worst, pareto_mask
+from .search._names import PRICED_METRICS
 from .search.space import CONSTRAINT_METRICS, METRIC_NEEDS, OBJECTIVE_METRICS, direction, parse_space
 
 from ._study_store import ATTR, _as_storage, _quiet_optuna, counts_as_trial
@@ -41,8 +42,10 @@ def study_info(study: optuna.Study) -> dict[str, Any]:
 
 
 def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """COMPLETE trials whose stored point is feasible (valid, fits, within the space's budgets)."""
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    """Evaluated trials whose stored point is feasible (valid, fits, within the space's budgets).
+    A FAIL trial with metrics counts: its point was evaluated but an objective has no value (the
+    cost on a GPU without a price), and it can still be the best on the metrics it has."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
             if t.user_attrs.get("feasible") is True and isinstance(t.user_attrs.get("metrics"), Mapping)]
 
 
@@ -85,11 +88,18 @@ def _check_has_values(study: optuna.Study, metrics: Mapping[str, str]) -> None:
     feas = feasible_trials(study)
     if not feas:
         return  # nothing feasible at all: why_nothing says so
+    space = study_info(study).get("space") or {}
     for flag, metric in metrics.items():
         if any(t.user_attrs["metrics"].get(metric) is not None for t in feas):
             continue
         need, _ = METRIC_NEEDS.get(metric, (None, ""))
-        why = f"its space sets no {need}" if need else f"none of its {len(feas)} feasible trials stores it"
+        section, _, key = (need or "").partition(".")
+        if need and key not in (space.get(section) or {}):  # the space lacks what the metric needs
+            why = f"its space sets no {need}"
+        else:  # e.g. a cost where every feasible trial is on a GPU without a price: say which
+            gpus = sorted({str(g) for t in feas if (g := ((t.user_attrs.get("scenario") or {}).get("cluster") or {}).get("gpu"))})
+            why = f"none of its {len(feas)} feasible trials stores it" + (
+                f"; no price for their GPUs ({', '.join(gpus)})" if metric in PRICED_METRICS and gpus else "")
         raise CosearchError(flag, f"{metric} has no value in study {study.study_name!r} ({why})")
 
 
@@ -128,7 +138,7 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
     t = min(cands, key=key)
     return {"study": study.study_name, "trial": t.number, "objective": obj, "direction": direction(obj),
             "value": t.user_attrs["metrics"][obj], "limits": {k: v for k, v in limits.items() if v is not None},
-            "values": dict(zip(study_info(study)["objectives"], t.values or [])),
+            "values": {o: t.user_attrs["metrics"].get(o) for o in study_info(study)["objectives"]},  # None: no value
             "step_time_interval_s": _stored_band(t.user_attrs["metrics"], "step_time", "s"),
             "scenario": t.user_attrs["scenario"], "metrics": t.user_attrs["metrics"]}
 
@@ -166,7 +176,7 @@ def _best_enumerated(study: optuna.Study, info: Mapping[str, Any], obj: str,
                   if t.params and (r := codec.to_row(t.params)) is not None and np.array_equal(r, rows[0])), None)
     return {"study": study.study_name, "trial": trial, "objective": obj, "direction": direction(obj),
             "value": m[obj], "limits": {k: v for k, v in limits.items() if v is not None},
-            "values": dict(zip(info["objectives"], rec.values or [])),
+            "values": {o: m.get(o) for o in info["objectives"]},
             "step_time_interval_s": _stored_band(m, "step_time", "s"),
             "scenario": rec.user_attrs["scenario"], "metrics": m,
             "source": f"re-enumerated {counts['points']:,} points (not on the stored front)" if trial is None
@@ -233,16 +243,20 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def pareto_front(study: optuna.Study) -> pd.DataFrame:
     """Feasible non-dominated stored trials over the study's objectives, one row each, sorted by
-    the first objective: ``trial``, the objectives, key metrics, then the scenario (dotted keys)."""
+    the first objective: ``trial``, the objectives, key metrics, then the scenario (dotted keys).
+    An objective without a value (the cost on a GPU without a price) ranks as its worst and shows
+    as missing: the fastest plan stays on the front even when its cost is unknown."""
     info = study_info(study)
     objectives, directions = list(info["objectives"]), list(info["directions"])
-    feas = [t for t in feasible_trials(study) if t.values is not None]
+    feas = feasible_trials(study)
     metric_cols = objectives + [c for c in FRONT_COLUMNS if c not in objectives]
     if not feas:
         return pd.DataFrame(columns=["trial"] + metric_cols)
     pts = np.array([[np.nan if t.user_attrs["metrics"].get(o) is None else t.user_attrs["metrics"][o] for o in objectives]
                     for t in feas], dtype=float)
-    mask = pareto_mask(pts, directions)
+    mask = pareto_mask(missing_as_worst(pts, directions), directions)
+    if not mask.any():
+        return pd.DataFrame(columns=["trial"] + metric_cols)
     rows = []
     for t in (t for t, keep in zip(feas, mask) if keep):
         m = t.user_attrs["metrics"]
@@ -266,7 +280,7 @@ def list_studies(storage: BaseStorage | str | None = None) -> list[dict[str, Any
         trials = st.get_all_trials(s._study_id, deepcopy=False)
         info = s.user_attrs.get(ATTR) if isinstance(s.user_attrs.get(ATTR), Mapping) else {}
         objectives = list(info.get("objectives") or [])
-        feas = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") is True]
+        feas = [t for t in trials if counts_as_trial(t) and t.user_attrs.get("feasible") is True]
         bests: dict[str, float | None] = {}
         for o in objectives:
             vals = [t.user_attrs["metrics"].get(o) for t in feas if isinstance(t.user_attrs.get("metrics"), Mapping)]

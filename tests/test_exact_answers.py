@@ -212,3 +212,72 @@ def test_best_point_of_an_objective_no_point_has_is_none():
     flat, counts = best_point(sp, "cost_to_train_usd", {})
     assert flat is None and counts["feasible"] == 2
     assert best_point(sp, "step_time_s", {})[0] is not None
+
+
+MIXED = {"model": "llama3-8b", "training": {"global_batch": 64, "precision": "bf16", "tokens": 1.0e11},
+         "cluster": {"gpu": ["h100-sxm", "b300"], "gpus": [8, 16]},
+         "plan": {"tp": [1, 2], "microbatch": [1, 2], "recompute": ["none", "full"]},
+         "objectives": ["time_to_train_days", "cost_to_train_usd"]}
+
+
+def _mixed(**over):
+    sp = parse_space(json.loads(json.dumps(dict(MIXED, **over))))
+    return sp, sp.evaluate_rows(sp.rows_of_flat(np.arange(int(sp.size))))
+
+
+def _front_rows(points):
+    return sorted(tuple(None if v is None or v != v else round(float(v), 6) for v in p) for p in points)
+
+
+@pytest.mark.parametrize("sampler", ["exhaustive", "grid", "random"])
+def test_an_unpriced_gpu_wins_on_time_with_cost_an_objective(sampler):
+    """Objectives [time, cost] with b300 (no price) among the GPUs: its trials have no cost, so they were
+    FAIL (sampled) or dropped from the front (exhaustive), and `best` named a 9.84-day H100 plan where a
+    2.97-day b300 plan exists. A missing cost now ranks worst, never out, and every sampler that covers the
+    space gives the brute-force answer and front; a cost budget still never holds an unknown cost."""
+    from cosearch.search.pareto import pareto_mask
+    from cosearch.study import pareto_front
+
+    sp, m = _mixed()
+    feas = np.asarray(m["feasible"], dtype=bool)
+    time_, cost = (np.asarray(m[k], dtype=float)[feas] for k in ("time_to_train_days", "cost_to_train_usd"))
+    assert np.isnan(cost).any() and np.isfinite(cost).any()  # the case under test
+    res = run_study(sp, "mixed", optuna.storages.InMemoryStorage(), sampler=sampler,
+                    n_trials=int(sp.size) if sampler == "grid" else 400, seed=1)
+    study = res.study
+    if sampler == "random":  # seeded: it visits every point, so its answers are exact too
+        assert len({json.dumps(t.params, sort_keys=True) for t in study.trials}) == int(sp.size)
+    fastest = best(study)
+    assert fastest["scenario"]["cluster"]["gpu"] == "b300"
+    assert fastest["value"] == pytest.approx(float(time_.min()), rel=1e-12)
+    assert fastest["values"] == {"time_to_train_days": fastest["value"], "cost_to_train_usd": None}
+    pts = np.stack([time_, cost], axis=1)
+    want = pts[pareto_mask(np.where(np.isnan(pts), 1e300, pts))]  # a missing cost: worse than any real one
+    got = pareto_front(study)[["time_to_train_days", "cost_to_train_usd"]].to_numpy(dtype=float)
+    assert _front_rows(got) == _front_rows(want) and len(want) == 3  # b300 (cost unknown) and two H100 plans
+    capped = best(study, max_cost_usd=1.0e12)
+    assert capped["scenario"]["cluster"]["gpu"] == "h100-sxm"
+    assert capped["value"] == pytest.approx(float(time_[np.isfinite(cost)].min()), rel=1e-12)
+    assert best(study, objective="cost_to_train_usd")["value"] == pytest.approx(float(np.nanmin(cost)), rel=1e-12)
+    for metric in ("mfu", "memory_gib"):
+        v = np.asarray(m[metric], dtype=float)[feas]
+        assert best(study, objective=metric)["value"] == pytest.approx(
+            float(v.max() if direction(metric) == "maximize" else v.min()), rel=1e-12)
+    assert res.n_feasible == sum(1 for t in study.trials if t.user_attrs.get("feasible"))  # FAIL ones count
+
+
+def test_exhaustive_and_swept_fronts_keep_points_without_an_objective_value():
+    """The single-process and the (dask) range sweeps keep the b300 points, whose cost objective is
+    missing, and count the objectives' front as `pareto` lists it."""
+    from cosearch.distributed import sweep
+    from cosearch.samplers import run_exhaustive
+    from cosearch.study import pareto_front
+
+    sp, _ = _mixed()
+    one = run_exhaustive(sp, chunk=7)
+    swept = sweep(sp, task_size=5, sub_chunk=3).to_exhaustive(sp)
+    assert np.array_equal(one.rows, swept.rows)
+    assert any(s["cluster"]["gpu"] == "b300" for s in sp.scenarios(one.rows))
+    study = run_study(sp, "ex", optuna.storages.InMemoryStorage(), sampler="exhaustive").study
+    n = len(pareto_front(study))
+    assert n == 3 and one.summary["objective_front_size"] == swept.summary["objective_front_size"] == n

@@ -126,3 +126,36 @@ def test_cli_errors_are_one_line(tmp_path, built, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "cosearch_studies.journal" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "cosearch_studies.journal").exists() and not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.parametrize("sampler", ["exhaustive", "grid"])
+def test_a_front_point_without_a_cost_stays_on_the_report(tmp_path, sampler):
+    """One objective (step time) traded off against cost, on h100 (priced) and b300 (no price): the fastest
+    plan is a b300 one with no cost. The report's front dropped it (a NaN row is never on a front), so its
+    front, plots and breakdowns showed only H100 plans, 3.3x slower. A missing cost now ranks worst: the
+    b300 plan is on the front, its cost shows as missing ("-"), and the plots draw it as a dotted line."""
+    from cosearch.search.space import parse_space
+    from cosearch.study import run_study
+    from cosearch.visualization._data import fmt_metric
+    from cosearch.visualization._pareto import plot_pareto_front
+    from cosearch.visualization._static import pareto_png
+
+    space = {"model": "llama3-8b", "training": {"global_batch": 64, "precision": "bf16", "tokens": 1.0e11},
+             "cluster": {"gpu": ["h100-sxm", "b300"], "gpus": [8, 16]},
+             "plan": {"tp": [1, 2], "microbatch": [1, 2], "recompute": ["none", "full"]}, "objectives": ["step_time_s"]}
+    sp = parse_space(space)
+    m = sp.evaluate_rows(sp.rows_of_flat(np.arange(int(sp.size))))
+    feas = np.asarray(m["feasible"], dtype=bool)
+    fastest = float(np.asarray(m["step_time_s"], dtype=float)[feas].min())
+    study = run_study(sp, "mixed", optuna.storages.InMemoryStorage(), sampler=sampler, n_trials=int(sp.size)).study
+    data = study_data(study)
+    assert data.front_objectives == ["step_time_s", "cost_to_train_usd"]
+    top = data.front.iloc[0]
+    assert top["step_time_s"] == pytest.approx(fastest, rel=1e-12) and np.isnan(top["cost_to_train_usd"])
+    assert data.scenarios[data.trials.index.get_loc(top.name)]["cluster"]["gpu"] == "b300"
+    assert fmt_metric("cost_to_train_usd", top["cost_to_train_usd"]) == "-"
+    fig = plot_pareto_front(data)
+    assert [s.x0 for s in fig.layout.shapes] == [pytest.approx(fastest, rel=1e-12)]  # the dotted line
+    assert pareto_png(data, tmp_path / "p.png").stat().st_size > 0
+    table = best_per_budget(data)  # a budget on cost never holds the b300 plan
+    assert not table.empty and all(np.isfinite(table["cost_to_train_usd"].astype(float)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -235,3 +236,60 @@ def test_run_warns_when_the_front_leaves_the_calibrated_range(tmp_path, capsys):
     outside = sum(t.user_attrs["scenario"]["cluster"]["gpus"] > 600 or t.user_attrs["scenario"]["cluster"]["gpu"] != "a100-80gb"
                   for t in study.trials)
     assert outside > 0
+
+
+MIXED = {"model": "llama3-8b", "training": {"global_batch": 64, "precision": "bf16", "tokens": 1.0e11},
+         "cluster": {"gpu": ["h100-sxm", "b300"], "gpus": [8, 16]},
+         "plan": {"tp": [1, 2], "microbatch": [1, 2], "recompute": ["none", "full"]},
+         "objectives": ["time_to_train_days", "cost_to_train_usd"]}
+
+
+@pytest.mark.parametrize("sampler", ["exhaustive", "nsga2"])
+def test_cli_shows_a_plan_without_a_cost_as_missing(tmp_path, capsys, sampler):
+    """b300 has no price, so its cost is unknown. best named a 9.84-day H100 plan (the 2.97-day b300 one was
+    a FAIL trial, or off the exhaustive front); pareto, its CSV and plot left the b300 plan out. Now best finds
+    it and says its cost is unknown, pareto lists it with "-" (CSV: empty), the plot draws it as a line."""
+    import csv
+
+    p = tmp_path / "mixed.yaml"
+    p.write_text(yaml.safe_dump(MIXED))
+    j = str(tmp_path / "j.journal")
+    rc, out, err = run_cli(["run", str(p), "--study", "m", "--storage", j, "--sampler", sampler, "--trials", "300"], capsys)
+    assert rc == 0, err
+    rc, out, _ = run_cli(["best", "--study", "m", "--storage", j, "--json"], capsys)
+    res = json.loads(out)
+    assert res["scenario"]["cluster"]["gpu"] == "b300" and res["value"] == pytest.approx(2.9658, rel=1e-3)
+    assert res["values"]["cost_to_train_usd"] is None and res["metrics"]["cost_to_train_usd"] is None
+    rc, out, _ = run_cli(["best", "--study", "m", "--storage", j], capsys)
+    assert rc == 0 and re.search(r"cost_to_train_usd +- \(unknown: no price", out)
+    rc, out, _ = run_cli(["best", "--study", "m", "--storage", j, "--max-cost-usd", "1e9", "--json"], capsys)
+    assert json.loads(out)["scenario"]["cluster"]["gpu"] == "h100-sxm"  # a cost budget never holds an unknown cost
+    rc, out, err = run_cli(["pareto", "--study", "m", "--storage", j, "--csv", str(tmp_path / "f.csv"),
+                            "--plot", str(tmp_path / "f.png")], capsys)
+    assert rc == 0, err
+    rows = list(csv.DictReader((tmp_path / "f.csv").open()))
+    assert [r["cluster.gpu"] for r in rows] == ["b300", "h100-sxm", "h100-sxm"]
+    assert rows[0]["cost_to_train_usd"] == "" and float(rows[1]["cost_to_train_usd"]) > 0
+    assert (tmp_path / "f.png").stat().st_size > 0
+    rc, out, _ = run_cli(["pareto", "--study", "m", "--storage", j, "--plot", str(tmp_path / "f.html")], capsys)
+    assert rc == 0 and "front, no cost_to_train_usd" in (tmp_path / "f.html").read_text()
+    rc, out, _ = run_cli(["studies", "--storage", j, "--json"], capsys)
+    assert json.loads(out)[0]["best"]["time_to_train_days"] == pytest.approx(res["value"], rel=1e-12)
+
+
+def test_cli_a_cost_without_any_price(tmp_path, capsys):
+    """A space whose only GPUs have no price and a cost objective: one line naming the field, exit 2 (it ran
+    and said "0 feasible ... no feasible configuration found" of 32 feasible points). A study whose feasible
+    trials are all unpriced: best on cost says so (it blamed a missing training.tokens, which the space sets)."""
+    p = tmp_path / "unpriced.yaml"
+    p.write_text(yaml.safe_dump(dict(MIXED, cluster={"gpu": ["b300", "mi355x"], "gpus": [8, 16]})))
+    j = str(tmp_path / "j.journal")
+    rc, out, err = run_cli(["run", str(p), "--study", "u", "--storage", j, "--sampler", "random", "--trials", "20"], capsys)
+    assert rc == 2 and err.startswith("error: cluster.price_usd_per_gpu_hour: needed by cost_to_train_usd")
+    assert err.count("\n") == 1
+    p.write_text(yaml.safe_dump(dict(MIXED, cluster={"gpu": ["a10g", "b300"], "gpus": 8},  # a10g: out of memory
+                                     plan={"microbatch": 2}, objectives=["step_time_s"])))
+    rc, out, err = run_cli(["run", str(p), "--study", "o", "--storage", j, "--sampler", "random", "--trials", "10"], capsys)
+    assert rc == 0, err
+    rc, out, err = run_cli(["best", "--study", "o", "--storage", j, "--objective", "cost_to_train_usd"], capsys)
+    assert rc == 2 and "no price for their GPUs (b300)" in err and "training.tokens" not in err

@@ -124,3 +124,23 @@ def test_optimizer_states_are_a_searchable_dimension():
     mem = [float(at[s]["memory_gib"][0]) for s in ("fp32", "bf16_moments", "bf16")]
     assert mem[0] > mem[1] > mem[2]
     assert (mem[0] - mem[1]) == pytest.approx(mem[1] - mem[2], rel=1e-9)  # 4 B per owned parameter each step
+
+
+def test_a_cost_no_gpu_of_the_space_has_a_price_for_is_refused():
+    """b300 and mi355x have no catalog price: a cost objective or budget over them only had no value at any
+    point ("0 feasible", "no feasible configuration" where every point was feasible). Now one line naming the
+    field; a space with one priced GPU, or a price override, is fine."""
+    space = {"model": "llama3-8b", "training": {"global_batch": 64, "tokens": 1.0e11},
+             "cluster": {"gpu": ["b300", "mi355x"], "gpus": [8, 16]}, "plan": {"tp": [1, 2]}}
+    for extra in ({"objectives": ["cost_to_train_usd"]}, {"objectives": ["time_to_train_days", "cost_usd_per_step"]},
+                  {"objectives": ["step_time_s"], "constraints": {"max_cost_usd": 1.0e9}}):
+        with pytest.raises(CosearchError, match=r"^cluster\.price_usd_per_gpu_hour: needed by cost_") as err:
+            parse_space({**space, **extra})
+        assert "\n" not in str(err.value) and "b300, mi355x" in str(err.value)
+    inventory = {**space, "cluster": {"inventory": {"b300": 16, "gb300": 8}}, "objectives": ["cost_to_train_usd"]}
+    with pytest.raises(CosearchError, match="cluster.price_usd_per_gpu_hour"):
+        parse_space(inventory)
+    parse_space({**space, "objectives": ["time_to_train_days"]})  # no cost asked for
+    parse_space({**space, "cluster": {"gpu": ["b300", "h100-sxm"], "gpus": 8}, "objectives": ["cost_to_train_usd"]})
+    parse_space({**space, "cluster": {"gpu": "b300", "gpus": 8, "price_usd_per_gpu_hour": [None, 6.0]},
+                 "objectives": ["cost_to_train_usd"]})

@@ -104,7 +104,7 @@ def run_command(args: argparse.Namespace) -> int:
     from ..samplers import check_method
     from ..search.space import load_space
     from ..model.profile import DEFAULT_PROFILE
-    from ..study import _as_storage, pareto_front, resume_method, run_study
+    from ..study import _as_storage, pareto_front, resume_method, run_study, why_nothing
 
     t_start = time.monotonic()  # --timeout counts from here: reading the space is part of the run
     asked = check_method(args.sampler)
@@ -173,8 +173,9 @@ def run_command(args: argparse.Namespace) -> int:
         out.print(f"[bold]{args.study}[/]: {res.n_trials} trials ({done}), "
                   f"{res.n_feasible} feasible; sampler {method}")
     front = pareto_front(res.study)
-    if front.empty:
-        out.print(f"no feasible configuration found in {res.n_trials} trials of study {args.study!r}")
+    if front.empty:  # none feasible, or none with a value of the objectives (a cost where no GPU has a price)
+        out.print(why_nothing(res.study) if res.n_feasible else
+                  f"no feasible configuration found in {res.n_trials} trials of study {args.study!r}")
         return 1
     print_front(out, front, res.study.user_attrs["cosearch"]["objectives"], args.rows)
     if calibrated is not None:
@@ -294,7 +295,9 @@ def best_command(args: argparse.Namespace) -> int:
     for key in ("step_time_s", "mfu", "tokens_per_s", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd",
                 "energy_to_train_mwh", "p90_time_to_train_days", "p90_cost_to_train_usd", "time_to_accuracy_days",
                 "cost_to_accuracy_usd"):
-        if m.get(key) is not None:
+        if m.get(key) is None and (key in res["values"] or key == "cost_to_train_usd" and m.get("time_to_train_days") is not None):
+            t.add_row(key, "- (unknown: no price for this GPU)" if "cost" in key else "- (no value)")
+        elif m.get(key) is not None:
             band = _band(m, key)
             t.add_row(key, _fmt(m[key]) + (f"  (80 % band {band})" if band else ""))
     c.print(t)
@@ -307,7 +310,7 @@ def best_command(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------- pareto
 def pareto_command(args: argparse.Namespace) -> int:
-    from ..study import load_study, pareto_front, study_info
+    from ..study import load_study, pareto_front, study_info, why_nothing
     from ..visualization._output import write_output
 
     study = load_study(args.study, args.storage)
@@ -318,8 +321,8 @@ def pareto_command(args: argparse.Namespace) -> int:
         if suffix not in (".png", ".html"):
             raise CosearchError("--plot", f"give a .png or .html file (got {args.plot!r})")
     c = console()
-    if front.empty:
-        print(f"no feasible configuration in study {args.study!r}", file=sys.stderr)
+    if front.empty:  # none feasible, or none with a value of the objectives
+        print(why_nothing(study), file=sys.stderr)
         return 1
     for flag, path, write in (("--csv", args.csv, lambda p: front.to_csv(p, index=False)),
                               ("--parquet", args.parquet, lambda p: front.to_parquet(p, index=False)),
@@ -342,25 +345,36 @@ def _axes(objectives: Sequence[str]) -> tuple[str, str]:
 
 def plot_front(study: Any, info: dict, front: Any, path: str) -> None:
     """Scatter of every feasible stored trial (grey) and the front (highlighted) on the first two
-    objectives (for one objective: against cost, or time when cost is the objective)."""
+    objectives (for one objective: against cost, or time when cost is the objective). A front point
+    without a value on one axis (the cost on a GPU without a price) is a dotted line at the other."""
     import numpy as np
 
     from ..study import feasible_trials
+    from ..visualization._data import off_axis
 
     xk, yk = _axes(info["objectives"])
-    pts = [(t.user_attrs["metrics"].get(xk), t.user_attrs["metrics"].get(yk)) for t in feasible_trials(study)]
+    feas = feasible_trials(study)
+    pts = [(t.user_attrs["metrics"].get(xk), t.user_attrs["metrics"].get(yk)) for t in feas]
     pts = np.array([p for p in pts if p[0] is not None and p[1] is not None], dtype=float).reshape(-1, 2)
-    fr = front[[xk, yk]].dropna().astype(float).sort_values(xk)
-    title = f"{study.study_name}: {len(front)} on the front of {len(pts)} feasible"
+    both = front[[xk, yk]].notna().all(axis=1)
+    fr = front.loc[both, [xk, yk]].astype(float).sort_values(xk)
+    hover = [f"trial {int(t)}" for t in front.loc[fr.index, "trial"]]
+    only_x, only_y = off_axis(front, xk, yk)
+    title = f"{study.study_name}: {len(front)} on the front of {len(feas)} feasible"
+    if only_x or only_y:
+        title += f" (dotted: {len(only_x) + len(only_y)} without a value of {yk if only_x else xk})"
     if path.lower().endswith(".html"):
         import plotly.graph_objects as go
 
         fig = go.Figure()
         fig.add_trace(go.Scattergl(x=pts[:, 0], y=pts[:, 1], mode="markers", name="feasible",
                                    marker=dict(color="lightgray", size=5)))
-        hover = [f"trial {int(r.trial)}" for r in front.itertuples()]
         fig.add_trace(go.Scatter(x=fr[xk], y=fr[yk], mode="lines+markers", name="Pareto front",
                                  line=dict(shape="hv"), text=hover, marker=dict(size=8)))
+        for v in only_x:
+            fig.add_vline(x=v, line_dash="dot", line_color="firebrick", annotation_text=f"front, no {yk}")
+        for v in only_y:
+            fig.add_hline(y=v, line_dash="dot", line_color="firebrick", annotation_text=f"front, no {xk}")
         fig.update_layout(title=title, xaxis_title=xk, yaxis_title=yk, template="plotly_white")
         fig.write_html(path, include_plotlyjs=True)
         return
@@ -374,6 +388,10 @@ def plot_front(study: Any, info: dict, front: Any, path: str) -> None:
         ax.scatter(pts[:, 0], pts[:, 1], s=8, c="lightgray", label="feasible trials")
     ax.step(fr[xk], fr[yk], where="post", color="C1", lw=1)
     ax.scatter(fr[xk], fr[yk], s=30, c="C1", label="Pareto front", zorder=3)
+    for i, v in enumerate(only_x):
+        ax.axvline(v, ls=":", color="C3", label=f"front, no {yk}" if i == 0 else None)
+    for i, v in enumerate(only_y):
+        ax.axhline(v, ls=":", color="C3", label=f"front, no {xk}" if i == 0 else None)
     ax.set_xlabel(xk)
     ax.set_ylabel(yk)
     ax.set_title(title, fontsize=10)

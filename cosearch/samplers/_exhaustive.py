@@ -19,16 +19,13 @@ import numpy as np
 
 from .._malloc import keep_heap
 from ..model.profile import DEFAULT_PROFILE, Profile
-from ..search.pareto import merge_fronts, pareto_mask
+from ..search.pareto import WORST, merge_fronts, missing_as_worst, pareto_mask
 from ..search.space import SearchSpace, direction
 
 logger = logging.getLogger(__name__)
 
 #: Metrics ``cosearch best`` can bound, always part of an exhaustive front when finite.
 QUERY_METRICS = ("cost_to_train_usd", "gpus", "time_to_train_days")
-#: Stand-in for a missing value of a non-objective front metric: finite (pareto_mask skips non-finite
-#: rows) and worse than any real value.
-_WORST = float(np.finfo(np.float64).max)
 CHUNK = 32_768  # measured fastest (cache-sized temporaries): 0.44 s per 288k points vs 0.66 s at 262k
 
 
@@ -64,10 +61,10 @@ def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarra
     return its own front: ``metrics`` values and flat positions of its non-dominated feasible points
     (None when none is feasible). Shared by the single-process and the dask enumerations.
 
-    The first ``required`` metrics (default: the space's objectives, which ``metrics`` lists first)
-    must be finite, as a sampled trial's objectives must be (else it is a failed trial). A later metric
-    without a value (the cost of a GPU with no price) counts as its worst, so the point stays a
-    candidate on the others: it was dropped, and the fastest plan on an unpriced GPU was never found."""
+    The first ``required`` metrics (default none; ``best_point`` requires its objective) must have
+    values. Any other missing value (the cost of a GPU with no price, objective or not) counts as its
+    worst (:func:`~cosearch.search.pareto.missing_as_worst`), so the point stays a candidate on the
+    metrics it has: the fastest plan on an unpriced GPU was dropped, even with cost an objective."""
     valid = np.asarray(out["valid"], dtype=bool)
     fits = valid & np.asarray(out["fits"], dtype=bool)
     feas = np.asarray(out["feasible"], dtype=bool)
@@ -83,12 +80,8 @@ def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarra
         v = v[np.isfinite(v)]
         if v.size:
             fold_best(best, m, float(v.max() if direction(m) == "maximize" else v.min()))
-    pts = np.stack([np.asarray(out[m], dtype=float)[feas] for m in metrics], axis=1)
-    n_req = len(space.objectives) if required is None else required
-    tail = pts[:, n_req:]
-    if not np.isfinite(tail).all():
-        worst = np.array([_WORST if s == "minimize" else -_WORST for s in senses[n_req:]])
-        pts[:, n_req:] = np.where(np.isfinite(tail), tail, worst)
+    pts = missing_as_worst(np.stack([np.asarray(out[m], dtype=float)[feas] for m in metrics], axis=1), senses,
+                           keep=required or 0)
     ids = flat[feas]
     mask = pareto_mask(pts, senses)
     return pts[mask], ids[mask]
@@ -124,6 +117,15 @@ def _enumerate(space: SearchSpace, metrics: list[str], senses: list[str], counts
     if pending:
         acc = merge_fronts(([acc] if acc is not None else []) + pending, senses)
     return acc
+
+
+def objective_front_size(points: np.ndarray, directions: list[str]) -> int:
+    """Size of the front over the objectives (the first ``len(directions)`` columns of an exhaustive
+    front's ``points``, missing values at their worst stand-in), as :func:`cosearch.study.pareto_front`
+    lists it: a point with no objective value at all is on no such front."""
+    obj = np.asarray(points, dtype=float)[:, : len(directions)]
+    obj = np.where((np.abs(obj) == WORST).all(axis=1, keepdims=True), np.nan, obj)
+    return int(pareto_mask(obj, directions).sum())
 
 
 def _new_counts() -> dict[str, int]:
@@ -169,10 +171,7 @@ def run_exhaustive(space: SearchSpace, *, chunk: int = CHUNK, progress: Callable
     front_ids = np.sort(acc[1]) if acc is not None else np.zeros(0, dtype=np.int64)
     rows = space.rows_of_flat(front_ids)
     # the objectives-only front, for the summary
-    n_obj_front = 0
-    if len(rows):
-        obj = acc[0][:, : len(space.objectives)]
-        n_obj_front = int(pareto_mask(obj, space.directions).sum())
+    n_obj_front = objective_front_size(acc[0], space.directions) if len(rows) else 0
     summary = {
         **counts,
         "front_size": int(len(rows)),

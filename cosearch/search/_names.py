@@ -29,6 +29,9 @@ METRIC_NEEDS = {
     **{m: ("training.target_tokens", "time_to_accuracy_days / cost_to_accuracy_usd (docs/codesign.md)")
        for m in ("time_to_accuracy_days", "cost_to_accuracy_usd")},
 }
+#: Metrics that need a GPU price (the catalog's, or cluster.price_usd_per_gpu_hour): missing on a GPU without one.
+PRICED_METRICS = ("cost_to_train_usd", "cost_usd_per_step", "cost_to_accuracy_usd", "p90_cost_to_train_usd",
+                  "cost_to_train_high_usd")
 #: Metrics that exist only for rented clusters (a ``cloud`` section).
 _CLOUD_ONLY = ("p90_time_to_train_days", "p90_cost_to_train_usd")
 #: Pessimistic metrics: the upper end of the 80 % prediction interval (cosearch.model.interval).

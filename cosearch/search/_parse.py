@@ -14,8 +14,33 @@ from ..presets import preset
 from ..scenario import HARDWARE_OVERRIDES
 from ._limits import MAX_TOTAL_CHOICES, _short, check_count, check_number, is_number
 from ._cloud import _check_cloud_space, _expand_cloud
-from ._names import NULLABLE_PLAN, _BAND, _CLOUD_ONLY, _DEEPPOOL, CONSTRAINT_METRICS, METRIC_NEEDS, OBJECTIVE_METRICS, SECTIONS
+from ._names import (NULLABLE_PLAN, _BAND, _CLOUD_ONLY, _DEEPPOOL, CONSTRAINT_METRICS, METRIC_NEEDS, OBJECTIVE_METRICS,
+                     PRICED_METRICS, SECTIONS)
 from ._values import Dimension, _all_numeric, _jsonable, _set_path
+
+
+def _check_priced(base: Mapping[str, Any], metrics: list[str]) -> None:
+    """A one-line error when an objective or budget needs a price and no GPU of the space has one
+    (every catalog GPU listed, or every inventory type, without a price and no cluster override): the
+    metric would have no value at any point, and a cost objective or budget could never be met.
+    Unknown GPU ids are left to the scenario's own error."""
+    from ..hardware import catalog
+
+    cluster = base.get("cluster")
+    if not metrics or not isinstance(cluster, Mapping):
+        return
+    override = cluster.get("price_usd_per_gpu_hour")
+    if override is not None and not (isinstance(override, list) and all(v is None for v in override)):
+        return
+    inventory = cluster.get("inventory")
+    gpus = list(inventory) if isinstance(inventory, Mapping) else cluster.get("gpu")
+    gpus = gpus if isinstance(gpus, list) else [gpus]
+    cat = catalog()
+    if not gpus or not all(isinstance(g, str) and g in cat and math.isnan(float(cat[g]["price_usd_per_gpu_hour"]))
+                           for g in gpus):
+        return
+    raise CosearchError("cluster.price_usd_per_gpu_hour", f"needed by {metrics[0]}: no GPU of this space has a catalog "
+                        f"price ({', '.join(gpus)}), so {metrics[0]} has no value at any point; set a price or drop it")
 
 
 def _dimension(path: str, spec: Any) -> Dimension:
@@ -167,6 +192,8 @@ def space_fields(data: Any, source: str = "") -> dict[str, Any]:
         need, why = METRIC_NEEDS.get(m, (None, ""))
         if need and need.split(".", 1)[1] not in (base.get("training") or {}):
             raise CosearchError(need, f"needed by {why}")
+    if "cloud" not in base:
+        _check_priced(base, [m for m in used if m in PRICED_METRICS])
     plan = base.get("plan") if isinstance(base.get("plan"), Mapping) else {}
     if any(m in _DEEPPOOL for m in used) and "burst" not in plan and "multiplex" not in plan:
         raise CosearchError("plan.multiplex", f"needed by {next(m for m in used if m in _DEEPPOOL)}: set plan.multiplex "

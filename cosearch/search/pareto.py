@@ -24,7 +24,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["pareto_mask", "merge_fronts"]
+__all__ = ["pareto_mask", "merge_fronts", "missing_as_worst"]
 
 _MIN = {"min", "minimize", "minimise"}
 _MAX = {"max", "maximize", "maximise"}
@@ -74,6 +74,26 @@ def _minimized(points: Any, senses: Sequence[Any] | None) -> np.ndarray:
     arr = _as_points(points)
     signs = _signs(senses, arr.shape[1])
     return arr * signs if np.any(signs < 0) else arr
+
+
+#: Stand-in for a missing value (NaN, +-inf): finite, so the row stays a candidate, and worse than any real value.
+WORST = float(np.finfo(np.float64).max)
+
+
+def missing_as_worst(points: Any, senses: Sequence[Any] | None = None, keep: int = 0) -> np.ndarray:
+    """``points`` (a float copy) with each missing value (NaN, +-inf) replaced by the worst stand-in of
+    its column (:data:`WORST`, negated for a maximized one), so that a point with a missing value (the
+    cost on a GPU without a price) still ranks on the values it has instead of never being on a front.
+    The first ``keep`` columns must have values, and a row needs at least one: other rows stay NaN."""
+    arr = np.array(_as_points(points), dtype=float)
+    signs = _signs(senses, arr.shape[1])
+    bad = ~np.isfinite(arr)
+    if not bad.any():
+        return arr
+    drop = bad[:, :keep].any(axis=1) | bad.all(axis=1)
+    arr = np.where(bad, signs * WORST, arr)
+    arr[drop] = np.nan
+    return arr
 
 
 def pareto_mask(points: Any, senses: Sequence[Any] | None = None) -> np.ndarray:

@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import CosearchError
 from ..model import BREAKDOWN_KEYS, MEMORY_KEYS
+from ..search.pareto import missing_as_worst
 from ..search.space import CONSTRAINT_METRICS, direction
 
 ATTR = "cosearch"
@@ -90,8 +91,9 @@ def plan_label(sc: Mapping[str, Any], dp: Any = None) -> str:
 
 
 def pareto_mask(points: np.ndarray, directions: Sequence[str]) -> np.ndarray:
-    """Non-dominated rows of ``points`` (n, k); rows with NaN are never on the front; duplicates
-    keep their first occurrence."""
+    """Non-dominated rows of ``points`` (n, k); rows with NaN are never on the front (give
+    :func:`~cosearch.search.pareto.missing_as_worst` points to rank a missing value as the worst);
+    duplicates keep their first occurrence."""
     sign = np.array([-1.0 if d == "maximize" else 1.0 for d in directions])
     p = points * sign
     n = len(p)
@@ -186,7 +188,7 @@ def study_data(study: optuna.Study) -> StudyData:
         sc = t.user_attrs.get("scenario") or {}
         row = {k: _num(v) for k, v in m.items()}
         row["trial"] = t.number
-        row["feasible"] = bool(t.user_attrs.get("feasible") is True and t.state == TrialState.COMPLETE)
+        row["feasible"] = t.user_attrs.get("feasible") is True  # FAIL too: an objective without a value (no price)
         row["plan"] = plan_label(sc, m.get("dp")) if sc else f"trial {t.number}"
         rows.append(row)
         scenarios.append(dict(sc))
@@ -210,7 +212,7 @@ def study_data(study: optuna.Study) -> StudyData:
             notes.append(f"The study optimizes {objectives[0]} alone; the front shown is its trade-off against {extra}.")
     feas = df[df["feasible"]]
     if len(feas):
-        mask = pareto_mask(feas[front_obj].to_numpy(dtype=float), front_dir)
+        mask = pareto_mask(missing_as_worst(feas[front_obj].to_numpy(dtype=float), front_dir), front_dir)
         front = feas[mask]
         front = front.sort_values(front_obj[0], ascending=front_dir[0] != "maximize", kind="stable")
     else:
@@ -220,6 +222,16 @@ def study_data(study: optuna.Study) -> StudyData:
         name=study.study_name, info=info, objectives=objectives, directions=directions, trials=df,
         scenarios=scenarios, params=params, distributions=dists, front_objectives=front_obj, front=front, notes=notes,
     )
+
+
+def off_axis(rows: pd.DataFrame, x: str, y: str) -> tuple[list[float], list[float]]:
+    """Values of ``x`` of the rows that have no value of ``y``, and values of ``y`` of those with no
+    ``x``: a scatter cannot place these points (the cost on a GPU without a price), so the plots draw
+    them as lines at the value they have instead of leaving out, unsaid, the fastest plan."""
+    if x not in rows or y not in rows or not len(rows):
+        return [], []
+    xv, yv = rows[x].to_numpy(dtype=float), rows[y].to_numpy(dtype=float)
+    return xv[np.isfinite(xv) & ~np.isfinite(yv)].tolist(), yv[np.isfinite(yv) & ~np.isfinite(xv)].tolist()
 
 
 def fmt_metric(metric: str, value: Any) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ._data import BAND_METRICS, StudyData, axis_range, hover_text, log_axis, log_ticks, metric_label
+from ._data import BAND_METRICS, StudyData, axis_range, hover_text, log_axis, log_ticks, metric_label, off_axis
 
 
 def _whiskers(df, col: str) -> dict | None:
@@ -58,6 +58,11 @@ def plot_pareto_front(data: StudyData) -> go.Figure:
             hovertemplate="%{text}<extra>front</extra>",
             error_x=_whiskers(front, x), error_y=_whiskers(front, y),
         ))
+    only_x, only_y = off_axis(front, x, y)  # no value on one axis (a cost without a price): a line, not nothing
+    for v in only_x:
+        fig.add_vline(x=v, line_dash="dot", line_color="#d62728", annotation_text=f"front: {metric_label(y)} unknown")
+    for v in only_y:
+        fig.add_hline(y=v, line_dash="dot", line_color="#d62728", annotation_text=f"front: {metric_label(x)} unknown")
     title = "Pareto front" if len(data.objectives) > 1 else f"Trade-off of {data.objectives[0]} against {objs[1]}" if len(objs) > 1 else f"{objs[0]} by trial"
     fig.update_layout(
         title=title, template="plotly_white", height=520, hovermode="closest",

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ._breakdown import MEMORY_COLORS, TIME_COLORS, part_name
-from ._data import StudyData, fmt_metric, log_axis, metric_label
+from ._data import StudyData, fmt_metric, log_axis, metric_label, off_axis
 from ._history import running_best
 from ._importance import Importances, param_importances
 
@@ -64,6 +64,11 @@ def pareto_png(data: StudyData, path: Path) -> Path:
             ax.step(front[x], front[y], where="post", color="#1f77b4", lw=1.2, zorder=2)
             ax.scatter(front[x], front[y], s=60, color="#1f77b4", edgecolors="black", zorder=3,
                        label=f"Pareto front ({len(front)})")
+    only_x, only_y = off_axis(front, x, y)  # no value on one axis (a cost without a price): a line, not nothing
+    for i, v in enumerate(only_x):
+        ax.axvline(v, ls=":", color="#d62728", label=f"front, {metric_label(y)} unknown" if i == 0 else None)
+    for i, v in enumerate(only_y):
+        ax.axhline(v, ls=":", color="#d62728", label=f"front, {metric_label(x)} unknown" if i == 0 else None)
     ref = feas if len(feas) else df
     for col, setter, lim in ((x, ax.set_xscale, ax.set_xlim), (y, ax.set_yscale, ax.set_ylim)):
         if col != "trial" and col in ref and len(ref):
