@@ -285,3 +285,17 @@ def test_mixed_rows_with_unmodelled_schedule_or_burst_are_invalid():
     burst = np.array([nan, nan, nan, nan, nan, 1.0, 0.0])
     ok = composable({"schedule": sched, "burst": burst, "multiplex": np.full(7, nan)})
     assert ok.tolist() == [True, True, True, False, False, False, True]
+
+
+def test_a_batch_whose_rows_use_no_gpu_has_every_metric():
+    """One-trial batches (random/gp samplers) of an inventory space: a row that uses no GPU type got only
+    ``valid`` back, and the study step read ``feasible`` (KeyError). Every metric is there, blank."""
+    sp = cosearch.load_space("searchspaces/hetero-inventory.yaml")
+    rows = sp.rows_of_flat(np.arange(int(sp.size)))
+    out = sp.evaluate_rows(rows)
+    # a row with every gpus_by_type 0, evaluated alone (one row per call)
+    none = [r for r, sc in zip(rows, sp.scenarios(rows)) if not any(sc["plan"]["gpus_by_type"].values())][:1]
+    assert none, "the shipped inventory space has a plan that uses no GPU"
+    one = sp.evaluate_rows(np.array(none))
+    assert set(one) == set(out)
+    assert not one["valid"][0] and not one["feasible"][0] and np.isnan(one["step_time_s"][0])

@@ -373,10 +373,15 @@ def evaluate_hetero(common: Mapping[str, object], hardware: Sequence[Mapping[str
         put(i, res, by_res)
     none = nused == 0
     if np.any(none):
+        if not out:  # no row uses a GPU: the keys and dtypes of one model row, every value then blanked
+            s0 = {k: v[:1] for k, v in sh.items()}
+            g0 = s0["tp"] * s0["pp"] * s0["cp"] * s0["dp"]
+            with np.errstate(all="ignore"):
+                o = evaluate({**s0, **{k: v[:1] for k, v in hws[0].items()}, "gpus": g0}, profile)
+            for key, v in o.items():
+                out[key] = np.zeros(n, dtype=np.asarray(v).dtype)
         for key in out:
             out[key][none] = False if out[key].dtype == bool else np.nan
-        if not out:
-            out["valid"] = np.zeros(n, dtype=bool)
     if inv is not None:
         within = np.all([u <= a for u, a in zip(use, inv)], axis=0)
         out["valid"] = out["valid"] & within
