@@ -118,11 +118,13 @@ def sweep(space: Any, *, limit: int = SWEEP_LIMIT, profile: Any = None):
 def front(df: Any, objectives: Sequence[str] | str | None = None, *, feasible_only: bool = True):
     """The Pareto-optimal rows of ``df`` over ``objectives`` (default: the space's objectives a
     :func:`sweep` recorded). Directions come from the metric names (``mfu``, ``tokens_per_s``,
-    ... are maximized, the rest minimized; :func:`cosearch.search.space.direction`). Rows with a
-    missing value, and with ``feasible_only`` the infeasible ones, are never on the front."""
+    ... are maximized, the rest minimized; :func:`cosearch.search.space.direction`). A missing value
+    (the cost on a GPU without a price) ranks as its worst, as in :func:`cosearch.pareto_front`, so the
+    fastest plan stays on the front; rows with no value at all, and with ``feasible_only`` the
+    infeasible ones, are never on it."""
     import pandas as pd
 
-    from .search.pareto import pareto_mask
+    from .search.pareto import missing_as_worst, pareto_mask
     from .search.space import direction
 
     if not isinstance(df, pd.DataFrame):
@@ -137,8 +139,10 @@ def front(df: Any, objectives: Sequence[str] | str | None = None, *, feasible_on
     missing = [m for m in objectives if m not in df.columns]
     if missing:
         raise CosearchError("objectives", f"no column {missing[0]!r} in the DataFrame")
-    points = df[objectives].to_numpy(dtype=float, na_value=np.nan)
+    senses = [direction(m) for m in objectives]
+    points = missing_as_worst(df[objectives].to_numpy(dtype=float, na_value=np.nan), senses) if len(df) else \
+        np.zeros((0, len(objectives)))
     if feasible_only and "feasible" in df.columns:
         points = np.where(df["feasible"].to_numpy(dtype=bool)[:, None], points, np.nan)
-    mask = pareto_mask(points, [direction(m) for m in objectives]) if len(df) else np.zeros(0, dtype=bool)
+    mask = pareto_mask(points, senses) if len(df) else np.zeros(0, dtype=bool)
     return df[mask].sort_values(objectives[0], ascending=direction(objectives[0]) == "minimize")

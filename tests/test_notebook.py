@@ -47,6 +47,17 @@ def test_front_matches_the_pareto_kernel_and_directions():
         cosearch.front(df, ["nope"])
 
 
+def test_front_keeps_the_fastest_plan_whose_cost_is_unknown():
+    """b300 has no catalog price: its cost is missing, and the front over time and cost dropped it."""
+    df = cosearch.sweep({**SPACE, "cluster": {"gpu": ["h100-sxm", "b300"], "gpus": [8]},
+                         "objectives": ["time_to_train_days", "cost_to_train_usd"]})
+    f = cosearch.front(df)
+    fastest = df[df.feasible].sort_values("time_to_train_days").iloc[0]
+    assert fastest["cluster.gpu"] == "b300" and np.isnan(fastest["cost_to_train_usd"])
+    assert f.iloc[0]["time_to_train_days"] == fastest["time_to_train_days"]
+    assert (f["cluster.gpu"] == "h100-sxm").any()  # the priced plans trade cost for time behind it
+
+
 def test_estimate_is_still_a_dict_with_an_html_repr():
     res = cosearch.estimate(ROOT / "examples" / "gpt3-175b.yaml")
     assert isinstance(res, dict) and type(res).__name__ == "Estimate"
