@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..errors import CosearchError
 from ..model import BREAKDOWN_KEYS, MEMORY_KEYS
-from ..search.pareto import missing_as_worst
+from ..search.pareto import missing_as_worst, pareto_mask
 from ..search.space import CONSTRAINT_METRICS, direction
 
 ATTR = "cosearch"
@@ -88,31 +88,6 @@ def plan_label(sc: Mapping[str, Any], dp: Any = None) -> str:
     if isinstance(model, str):
         parts.insert(0, model)
     return " | ".join(parts)
-
-
-def pareto_mask(points: np.ndarray, directions: Sequence[str]) -> np.ndarray:
-    """Non-dominated rows of ``points`` (n, k); rows with NaN are never on the front (give
-    :func:`~cosearch.search.pareto.missing_as_worst` points to rank a missing value as the worst);
-    duplicates keep their first occurrence."""
-    sign = np.array([-1.0 if d == "maximize" else 1.0 for d in directions])
-    p = points * sign
-    n = len(p)
-    ok = np.all(np.isfinite(p), axis=1)
-    mask = ok.copy()
-    idx = np.flatnonzero(ok)
-    q = p[idx]
-    step = max(1, (1 << 23) // max(1, len(idx) * p.shape[1]))
-    for start in range(0, len(idx), step):
-        block = q[start:start + step]
-        le = np.all(q[None, :, :] <= block[:, None, :], axis=2)
-        lt = np.any(q[None, :, :] < block[:, None, :], axis=2)
-        eq = np.all(q[None, :, :] == block[:, None, :], axis=2)
-        dominated = np.any(le & lt, axis=1)
-        rows = np.arange(start, start + len(block))
-        earlier_equal = np.any(eq & (np.arange(len(idx))[None, :] < rows[:, None]), axis=1)
-        mask[idx[rows]] = ~(dominated | earlier_equal)
-    assert mask.shape == (n,)
-    return mask
 
 
 @dataclass
