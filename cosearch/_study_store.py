@@ -69,6 +69,12 @@ def counts_as_trial(t: FrozenTrial) -> bool:
     return t.state in (TrialState.COMPLETE, TrialState.FAIL) and "metrics" in t.user_attrs
 
 
+def is_feasible_trial(t: FrozenTrial) -> bool:
+    """An evaluated trial (:func:`counts_as_trial`) whose stored point is feasible (valid, fits, within the
+    space's budgets). FAIL ones count: an objective without a value (the cost on a GPU without a price)."""
+    return counts_as_trial(t) and t.user_attrs.get("feasible") is True and isinstance(t.user_attrs["metrics"], Mapping)
+
+
 def _derive_seed(seed: int | None, n_done: int) -> int | None:
     if seed is None:
         return None
@@ -167,8 +173,7 @@ def _set_summary(study: optuna.Study, method: str, update: Mapping[str, Any], ru
 
 
 def _feasible_count(trials: Sequence[FrozenTrial]) -> int:
-    """Evaluated feasible trials, FAIL ones included (an objective without a value: a GPU with no price)."""
-    return sum(1 for t in trials if counts_as_trial(t) and t.user_attrs.get("feasible") is True)
+    return sum(1 for t in trials if is_feasible_trial(t))
 
 
 def _drop_if_empty(study: optuna.Study) -> None:

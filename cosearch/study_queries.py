@@ -23,7 +23,7 @@ from .search.pareto import missing_as_worst, pareto_mask
 from .search._names import PRICED_METRICS
 from .search.space import CONSTRAINT_METRICS, METRIC_NEEDS, OBJECTIVE_METRICS, direction, parse_space
 
-from ._study_store import ATTR, _as_storage, _quiet_optuna, counts_as_trial
+from ._study_store import ATTR, _as_storage, _quiet_optuna, counts_as_trial, is_feasible_trial
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +42,10 @@ def study_info(study: optuna.Study) -> dict[str, Any]:
 
 
 def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """Evaluated trials whose stored point is feasible (valid, fits, within the space's budgets).
-    A FAIL trial with metrics counts: its point was evaluated but an objective has no value (the
-    cost on a GPU without a price), and it can still be the best on the metrics it has."""
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-            if t.user_attrs.get("feasible") is True and isinstance(t.user_attrs.get("metrics"), Mapping)]
+    """Stored trials whose point is feasible (:func:`~cosearch._study_store.is_feasible_trial`): a FAIL
+    one too, whose objective has no value (the cost on a GPU without a price) but which can still be
+    the best on the metrics it has."""
+    return [t for t in study.get_trials(deepcopy=False) if is_feasible_trial(t)]
 
 
 #: The budgets `best` takes (a subset of the space's constraint keys, same metrics).
@@ -280,10 +279,10 @@ def list_studies(storage: BaseStorage | str | None = None) -> list[dict[str, Any
         trials = st.get_all_trials(s._study_id, deepcopy=False)
         info = s.user_attrs.get(ATTR) if isinstance(s.user_attrs.get(ATTR), Mapping) else {}
         objectives = list(info.get("objectives") or [])
-        feas = [t for t in trials if counts_as_trial(t) and t.user_attrs.get("feasible") is True]
+        feas = [t for t in trials if is_feasible_trial(t)]
         bests: dict[str, float | None] = {}
         for o in objectives:
-            vals = [t.user_attrs["metrics"].get(o) for t in feas if isinstance(t.user_attrs.get("metrics"), Mapping)]
+            vals = [t.user_attrs["metrics"].get(o) for t in feas]
             vals = [v for v in vals if v is not None]
             bests[o] = (max(vals) if direction(o) == "maximize" else min(vals)) if vals else None
         out.append({
