@@ -140,9 +140,8 @@ def front(df: Any, objectives: Sequence[str] | str | None = None, *, feasible_on
     if missing:
         raise CosearchError("objectives", f"no column {missing[0]!r} in the DataFrame")
     senses = [direction(m) for m in objectives]
-    points = missing_as_worst(df[objectives].to_numpy(dtype=float, na_value=np.nan), senses) if len(df) else \
-        np.zeros((0, len(objectives)))
+    points = missing_as_worst(df[objectives].to_numpy(dtype=float, na_value=np.nan), senses)
     if feasible_only and "feasible" in df.columns:
         points = np.where(df["feasible"].to_numpy(dtype=bool)[:, None], points, np.nan)
-    mask = pareto_mask(points, senses) if len(df) else np.zeros(0, dtype=bool)
+    mask = pareto_mask(points, senses)
     return df[mask].sort_values(objectives[0], ascending=direction(objectives[0]) == "minimize")

@@ -158,13 +158,14 @@ def _value(v: Any) -> str:
 
 def export(sc: Scenario) -> str:
     m = sc.model
+    cudnn_from = ".".join(map(str, SDPA_CUDNN_FROM))
+    sdpa = f">= {cudnn_from} runs it (cuDNN on Hopper/Blackwell)" if sc.training.attention == "flash" else \
+        f"< {cudnn_from} runs it (FlashAttention-2)"
     lines = [f"# {VERSION} job config: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}",
              f"# model shape (set [model] name/flavor to match): layers={m.layers} hidden={m.hidden} heads={m.heads} "
              f"kv_heads={m.kv_heads} ffn_hidden={m.ffn_hidden} gated_mlp={m.gated_mlp} vocab={m.vocab} "
              f"tied_embeddings={m.tied_embeddings}",
-             "# attention: PyTorch SDPA as PyTorch " + (f">= {'.'.join(map(str, SDPA_CUDNN_FROM))} runs it (cuDNN on "
-             "Hopper/Blackwell)" if sc.training.attention == "flash" else
-             f"< {'.'.join(map(str, SDPA_CUDNN_FROM))} runs it (FlashAttention-2)")]
+             f"# attention: PyTorch SDPA as PyTorch {sdpa}"]
     for name, body in sections(sc).items():
         lines += ["", f"[{name}]"] + [f"{k} = {_value(v)}" for k, v in body.items()]
     return "\n".join(lines) + "\n"

@@ -56,12 +56,12 @@ def fold_best(best: dict[str, float | None], metric: str, value: float | None) -
 
 def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarray, metrics: list[str],
                  senses: list[str], counts: dict[str, int], best: dict[str, float | None], *,
-                 required: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+                 required: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
     """Fold one evaluated chunk (flat positions ``flat``) into ``counts`` and ``best`` (in place) and
     return its own front: ``metrics`` values and flat positions of its non-dominated feasible points
     (None when none is feasible). Shared by the single-process and the dask enumerations.
 
-    The first ``required`` metrics (default none; ``best_point`` requires its objective) must have
+    The first ``required`` metrics (``best_point`` requires its objective) must have
     values. Any other missing value (the cost of a GPU with no price, objective or not) counts as its
     worst (:func:`~cosearch.search.pareto.missing_as_worst`), so the point stays a candidate on the
     metrics it has: the fastest plan on an unpriced GPU was dropped, even with cost an objective."""
@@ -81,7 +81,7 @@ def reduce_chunk(space: SearchSpace, out: dict[str, np.ndarray], flat: np.ndarra
         if v.size:
             fold_best(best, m, float(v.max() if direction(m) == "maximize" else v.min()))
     pts = missing_as_worst(np.stack([np.asarray(out[m], dtype=float)[feas] for m in metrics], axis=1), senses,
-                           keep=required or 0)
+                           keep=required)
     ids = flat[feas]
     mask = pareto_mask(pts, senses)
     return pts[mask], ids[mask]
@@ -91,7 +91,7 @@ def _enumerate(space: SearchSpace, metrics: list[str], senses: list[str], counts
                best: dict[str, float | None], *, chunk: int, profile: Profile,
                progress: Callable[[int, int], None] | None = None,
                select: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None,
-               required: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+               required: int = 0) -> tuple[np.ndarray, np.ndarray] | None:
     """Evaluate every point of ``space`` chunk by chunk and return the exact front over ``metrics``
     of its feasible points (values, flat positions), or None when none is feasible. ``select``
     (optional) narrows ``feasible`` per chunk further (e.g. the budgets of a ``best`` query)."""
