@@ -321,6 +321,24 @@ def test_bad_moe_model_fields_are_one_line_errors(model, field):
 
 
 # ----------------------------------------------------------------------------- search and export
+def test_readme_worked_example_runs_on_an_unpriced_cluster_and_matches_its_committed_answer():
+    """experiments/moe_worked_example.py fixes the shipped space's cluster to 2,048 H800, which has no list
+    price: it must still rank the plans (by time) rather than be refused for the space's cost objective, and
+    its answer must be the committed one the README quotes (stop 41 found the script refusing since stop 40)."""
+    import importlib.util
+    import json
+    import yaml
+    spec = importlib.util.spec_from_file_location("moe_worked_example", ROOT / "experiments" / "moe_worked_example.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    data = yaml.safe_load(example.SPACE.read_text())
+    got = example.fastest(data, "h800", 2048, "grouped")
+    committed = next(r for r in json.loads(example.OUT.read_text())["rows"]
+                     if (r["gpu"], r["gpus"], r["kernel"]) == ("h800", 2048, "grouped"))
+    assert got["plan"] == committed["plan"] and got["plan"]["schedule"] == "dualpipe"
+    assert got["days"] == pytest.approx(committed["days"], rel=1e-9)
+
+
 def test_shipped_deepseek_v3_space_searches_ep_and_finds_feasible_plans():
     space = load_space(ROOT / "searchspaces" / "moe-deepseek-v3.yaml")
     paths = {d.path for d in space.dims}
