@@ -13,7 +13,7 @@ from cosearch.estimate import estimate
 from cosearch.model import evaluate, evaluate_scalar, scalar_columns
 from cosearch.model.evaluate import BREAKDOWN_KEYS
 from cosearch.model.profile import DEFAULT_PROFILE as P
-from cosearch.presets import presets
+from cosearch.presets import preset, presets
 from cosearch.scenario import parse_scenario, scenario_columns
 from cosearch.search.space import load_space
 
@@ -247,6 +247,51 @@ def test_deepseek_v3_last_stage_memory_by_hand():
     out = run(sc)
     assert out["mem_weights_gib"] * GIB == pytest.approx(2 * (dense + 2 * experts), rel=1e-12)
     assert out["mem_optimizer_gib"] * GIB == pytest.approx(12 * dense / 128 + 12 * 2 * experts / 4, rel=1e-12)
+
+
+@pytest.mark.parametrize("plan", [
+    {"pp": 16},
+    {"pp": 16, "schedule": "zb-h1"},
+    {"pp": 16, "schedule": "dualpipe"},
+    {"pp": 16, "zero": 3},
+    {"pp": 16, "zero": 3, "zero3_live_params": 1e8},
+    {"pp": 16, "offload": "all"},
+])
+def test_a_moe_model_never_reads_the_dense_ffn_hidden(plan):
+    """DeepSeek-V3 states its dense layers' width (dense_ffn_hidden) and its experts' (expert_ffn_hidden):
+    the generic ffn_hidden is then used by no layer, so no answer may move with it (the ZeRO-3 gather buffers,
+    DeepSpeed's sub-module floor, offload's streaming buffers and the zero-bubble W pass once read it)."""
+    def one(ffn):
+        sc = {"model": {**preset("deepseek-v3"), "ffn_hidden": ffn},
+              "training": {"global_batch": 15360, "precision": "fp8"},
+              "cluster": {"gpu": "h800", "gpus": 2048, "expansion_gib": 4096, "expansion_gbps": 400},
+              "plan": {"tp": 1, "ep": 64, "microbatch": 1, "recompute": "none", **plan}}
+        out = run(sc)
+        assert out["valid"], out
+        return out["step_time_s"], out["memory_gib"]
+    assert one(2048) == one(18432) == one(50000)
+
+
+def test_zero_bubble_deferred_w_memory_of_a_moe_layer_by_hand():
+    """ZB-H1 keeps, per deferred W pass, each linear layer's input (2 B) and output gradient (2 B). Tiny MoE
+    layer, h 1024, 8 heads of 128 (MHA), 16 experts of 1024 (gated), top-2, tp 1, 1024 tokens a micro-batch:
+      QKV   in 1024, out 3*1024          -> 2*1024 + 2*3072       =  8,192 B a token
+      proj  in 1024, out 1024             ->                           4,096
+      each of the 2 routed copies: fc1 in 1024, out 2*1024; fc2 in 1024, out 1024 -> 2*(6,144 + 4,096) = 20,480
+    = 32,768 B a token, 33,554,432 B a layer. On 4 stages of one layer the last rank holds min(p-1, m-1) pending
+    W passes (Qi et al. sec. 2.3): 1 with 2 micro-batches, 3 with 4, so its memory grows by 2 M_W (full
+    recompute keeps the last rank the peak)."""
+    def mem(global_batch):
+        sc = {"model": {"layers": 4, "hidden": 1024, "heads": 8, "ffn_hidden": 1024, "gated_mlp": True,
+                        "vocab": 1024, "seq_len": 1024, "experts": 16, "top_k": 2},
+              "training": {"global_batch": global_batch, "moe_load_imbalance": 1.0, "precision": "bf16"},
+              "cluster": {"gpu": "h100-sxm", "gpus": 4},
+              "plan": {"pp": 4, "tp": 1, "microbatch": 1, "recompute": "full", "schedule": "zb-h1"}}
+        return run(sc)["memory_gib"] * GIB
+    m_w = 1024 * (8192 + 4096 + 2 * (6144 + 4096))
+    assert m_w == 33_554_432
+    assert mem(4) - mem(2) == pytest.approx(2 * m_w, rel=1e-12)
+    assert mem(8) == mem(4)  # at most p-1 = 3 pending
 
 
 # ----------------------------------------------------------------------------- consistency

@@ -310,6 +310,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     params_mid = n_stage * layer_params_loc  # a full rank between them
     if ext is not None:
         params_first, params_last, params_mid = ext.params_first, ext.params_last, ext.params_mid
+        layer_params_loc = ext.layer_params  # MoE/MLA/head_dim rows: their own layer, local experts included
     # pipeline schedule (cosearch.model.schedules): NaN/1f1b/interleaved rows keep the 1F1B code path
     sched = c["schedule"]
     split_bwd = sch.uses_split_backward(sched)
@@ -380,8 +381,13 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         offload_mb = offload_b = 0.0
     slot = work_f + work_b + pp_mb + fsdp_mb + offload_mb
     if split_bwd:
-        if gemm_f is None:  # the dense GEMMs' weight-gradient share, as for dense rows (schedules.py)
-            gemm_f = gemm_forward_s(tok, h, f, gated, tp, dense_kv, gemm_Fps, hbm_Bps, t0, in_B)
+        if ext is not None and ops.all(ext.rows):  # W is the forward GEMMs' time (schedules.py)
+            gemm_f = ext.gemm_f
+        else:
+            if gemm_f is None:
+                gemm_f = gemm_forward_s(tok, h, f, gated, tp, dense_kv, gemm_Fps, hbm_Bps, t0, in_B)
+            if ext is not None:
+                gemm_f = ops.where(ext.rows, ext.gemm_f, gemm_f)
         bubble = sch.bubble_time_s(sched, pp, v, slot, work_f, sch.weight_grad_time_s(n_stage, gemm_f, logit_gemm))
     else:
         bubble = bubble_slots(pp, v) * slot
@@ -449,10 +455,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # the floor is its largest one (the fc1 weight)
     live = c["zero3_live_params"]
     largest_sub = h * f * (1.0 + gated) / tp
+    if ext is not None and ext.largest_weight is not None:
+        largest_sub = ops.where(ext.rows, ext.largest_weight, largest_sub)
     gathered = ops.where(ops.isnan(live), 2.0 * layer_params_loc,
                          ops.minimum(2.0 * layer_params_loc, ops.maximum(live, largest_sub)))
-    if ext is not None:
-        gathered = gathered + ops.where(zero >= 3, 2.0 * ext.experts_layer, 0.0)
     z3_buffers = ops.where(z3, gathered * kern.BYTES_16BIT, 0.0)
     # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
     # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits
@@ -468,6 +474,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     logits_first, logits_last = ops.where(pp > 1, 0.0, logits_buf), logits_buf
     if split_bwd:  # in-flight micro-batches, ZB-H1's deferred W passes, where the loss sits (schedules.py)
         m_w = sch.wgrad_activation_bytes(s_loc, mb, h_rep, h / tp, kv_loc, f / tp, gated, fp8)
+        if ext is not None:
+            m_w = ops.where(ext.rows, ext.wgrad_layer, m_w)
         stored_first, stored_last, logits_first, logits_last = sch.rank_activation_bytes(
             sched, pp, m, n_stage, n_last, act_layer, m_w, stored_first, use_mid, logits_first, logits_last)
     if any_offload:

@@ -58,6 +58,7 @@ from . import _ops as ops
 from . import compute as kern
 from . import communication as comm
 from . import memory as mem
+from . import schedules as sch
 from .moe_params import (attention_params, attention_params_local, flops_per_token, layer_parts,  # noqa: F401
                          mla_params, param_counts, widths)
 
@@ -235,6 +236,12 @@ class Terms(NamedTuple):
     experts_layer: object  # routed-expert parameters of one MoE layer on one GPU
     edp: object            # expert-data-parallel group size, and its rank stride (ep*etp)
     edp_stride: object
+    layer_params: object   # the heaviest layer's parameters on one GPU, its local routed experts included
+    largest_weight: object  # the largest single weight matrix of a layer on one GPU (DeepSpeed's gather floor;
+                            # None when no row caps its live ZeRO-3 parameters)
+    gemm_f: object         # forward GEMM seconds of a layer on the pacing stage (= its W pass, schedules.py)
+    wgrad_layer: object    # bytes a layer keeps for a deferred W pass (ZB-H1) on the ranks that hold W passes
+                           # (None when no row runs a split-backward schedule)
     widths: tuple          # :func:`widths` of the rows
     mla_parts: tuple = None  # :func:`mla_params` of the rows
 
@@ -400,6 +407,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     layer_r = avg(den_r, moe_r, w_slot)
     ep_f = ops.where(moe, (1.0 - w_slot) * ep_f1, 0.0)
     ep_b = ops.where(moe, (1.0 - w_slot) * ep_b1, 0.0)
+    gemm_f = attn_gemm_f + avg(dense_gemm_f, moe_gemm_f, w_slot)
 
     # --- activations (bytes per layer and micro-batch) ---------------------------------------------
     norm_out = 2.0 - fp8
@@ -427,6 +435,24 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     act = ops.where(rc_full, full, ops.where(rc_sel, avg(den_sel, moe_sel, w_first), none))
     dispatch_buf = ops.where(moe, 2.0 * copies * kern.BYTES_16BIT * 2.0, 0.0)   # send + receive, dispatch + combine
 
+    # ZB-H1's deferred W passes keep each linear layer's input and output gradient (schedules.linear_wgrad_bytes);
+    # the ranks that hold them (rank 1 and the last) hold MoE layers where the model has experts
+    wgrad_layer = None
+    if sch.uses_split_backward(c["schedule"]):
+        def lw(n_tok, width_in, width_out):
+            return sch.linear_wgrad_bytes(n_tok, width_in, width_out, fp8)
+        h_r = h / rep_div
+        attn_w = lw(tok, h_r, q_loc + 2.0 * kv_loc) + lw(tok, q_loc, h_r)
+        if any_mla:  # down projections (replicated), up projections, output projection (moe_params.mla_params)
+            mla_w = (ops.where(ql > 0, lw(tok_r, h, ql) + lw(tok, ql, qk_loc), lw(tok, h_r, qk_loc))
+                     + lw(tok_r, h, kvl + rope) + lw(tok, kvl, a * (nope + d_v) / tp) + lw(tok, v_loc, h_r))
+            attn_w = ops.where(mla, mla_w, attn_w)
+
+        def mlp_w_bytes(n_tok, width_loc, width_in):  # fc1 and fc2 of a (gated) MLP
+            return ops.where(width_loc > 0, lw(n_tok, width_in, width_loc * g1) + lw(n_tok, width_loc, width_in), 0.0)
+        wgrad_layer = attn_w + ops.where(moe, mlp_w_bytes(tok, fs_loc, h_r) + mlp_w_bytes(m_act, fe_loc, h),
+                                         mlp_w_bytes(tok, fd_loc, h_r))
+
     # --- parameters on each rank -------------------------------------------------------------------
     mla_parts = mla_params(c, d_qk, d_v)
     attn_loc = attention_params_local(c, tp, w, kv_loc, mla_parts)
@@ -439,6 +465,20 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     params_last = n_dense_last * dense_loc + (n_last - n_dense_last) * moe_loc + emb_loc
     params_mid = n_dense_mid * dense_loc + (n_stage - n_dense_mid) * moe_loc
     edp = tp * cp * dp / (ep * etp)
+    # the heaviest layer as ZeRO-3 gathers it and offload streams it: a dense layer of the model, or a MoE layer
+    # with its local routed experts; the largest single matrix: a fused QKV, output or fc1 weight
+    layer_params = ops.maximum(ops.where(moe & (nd <= 0), 0.0, dense_loc), ops.where(moe, moe_loc + exp_loc, 0.0))
+    largest_weight = None
+    if not ops.all(ops.isnan(c["zero3_live_params"])):  # DeepSpeed's cap on live gathered parameters is set
+        fc1 = h * g1 * ops.maximum(ops.maximum(ops.where(moe & (nd <= 0), 0.0, fd_loc), ops.where(moe, fs_loc, 0.0)),
+                                   ops.where(moe, fe_loc, 0.0))
+        attn_mat = h * (q_loc + 2.0 * kv_loc)
+        if any_mla:  # MLA's down projections (replicated), up projections and output projection (split)
+            mla_mat = ops.maximum(ops.maximum(h * ops.maximum(ql, 0.0), h * (kvl + rope)),
+                                  ops.maximum(ops.maximum(ops.where(ql > 0, ql, h) * qk_loc,
+                                                          kvl * a * (nope + d_v) / tp), v_loc * h))
+            attn_mat = ops.where(mla, mla_mat, attn_mat)
+        largest_weight = ops.maximum(fc1, attn_mat)
 
     if ops.all(rows):  # every row extended: the dense values are not needed
         pick = _first
@@ -457,7 +497,9 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
         params_first=pick(params_first, dense_first), params_last=pick(params_last, dense_last),
         params_mid=pick(params_mid, dense_mid),
         experts_first=(n_first - n_dense_first) * exp_loc, experts_last=(n_last - n_dense_last) * exp_loc,
-        experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp, widths=w,
+        experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp,
+        layer_params=pick(layer_params, dense_params_layer), largest_weight=largest_weight, gemm_f=gemm_f,
+        wgrad_layer=wgrad_layer, widths=w,
         mla_parts=mla_parts,
     )
 

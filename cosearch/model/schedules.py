@@ -75,19 +75,26 @@ def bubble_time_s(schedule, pp, interleave, slot_s, forward_s, wgrad_s):
                       one_f_one_b)
 
 
+def linear_wgrad_bytes(tokens, in_width, out_width, fp8):
+    """Bytes one linear layer keeps for its deferred W pass (dW = X^T dY, Qi et al. sec. 2.3): its input X
+    (1 byte a value when fp8 keeps fp8 copies) and its 16-bit output gradient dY, for ``tokens`` rows."""
+    return tokens * ((BYTES_16BIT - fp8) * in_width + BYTES_16BIT * out_width)
+
+
 def wgrad_activation_bytes(seq_local, micro, hidden_rep, hidden_local, kv_local, ffn_local, gated, fp8):
-    """M_W: bytes one layer keeps for a deferred W pass of one micro-batch on one GPU.
+    """M_W: bytes one dense layer keeps for a deferred W pass of one micro-batch on one GPU.
 
     W needs each linear layer's input X and its output gradient dY (Qi et al. sec. 2.3: after B "keeps
-    some extra gradients for W"; Table 1: 32sbh for a GPT layer). Inputs: QKV and fc1 h (h/tp under SP,
-    gathered again for W), projection h/tp, fc2 f/tp, 1 byte each when fp8 keeps fp8 copies; output
-    gradients, 16-bit: QKV h/tp + 2 kv, projection h (h/tp under SP), fc1 f(1+gated)/tp, fc2 h.
-    For h = f/4, tp = 1: 2 * (h + h + h + 4h) + 2 * (3h + h + 4h + h) = 14h + 18h = 32h per token.
+    some extra gradients for W"; Table 1: 32sbh for a GPT layer) (:func:`linear_wgrad_bytes`): QKV h -> h/tp + 2 kv
+    and fc1 h -> f(1+gated)/tp (inputs h/tp under SP, gathered again for W), projection h/tp -> h and fc2
+    f/tp -> h (outputs h/tp under SP). For h = f/4, tp = 1: 2 * (h + h + h + 4h) + 2 * (3h + h + 4h + h) = 32h
+    per token. MoE layers: :mod:`cosearch.model.moe`.
     """
-    in_bytes = BYTES_16BIT - fp8
-    inputs = in_bytes * (2.0 * hidden_rep + hidden_local + ffn_local)
-    grads = BYTES_16BIT * (hidden_local + 2.0 * kv_local + 2.0 * hidden_rep + ffn_local * (1.0 + gated))
-    return seq_local * micro * (inputs + grads)
+    tok = seq_local * micro
+    return (linear_wgrad_bytes(tok, hidden_rep, hidden_local + 2.0 * kv_local, fp8)
+            + linear_wgrad_bytes(tok, hidden_local, hidden_rep, fp8)
+            + linear_wgrad_bytes(tok, hidden_rep, ffn_local * (1.0 + gated), fp8)
+            + linear_wgrad_bytes(tok, ffn_local, hidden_rep, fp8))
 
 
 def paced_stage_s(schedule, pp, n_stage, n_first, n_last, layer_s, heads_s, one_f_one_b_s):
