@@ -178,6 +178,9 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
         dispatcher = "deepep"
     if deepseek_own:  # DualPipe hides the all-to-all; DeepEP sends the dispatch in fp8 (sec. 3.3.2)
         overlap = 1.0
+    stated_overlap = _stated(get("moe_a2a_overlap"))  # the source names its all-to-all overlap (S21's "+1f1b overlap")
+    if stated_overlap is not None:
+        overlap = 1.0 if stated_overlap else 0.0
     etp = _int(get("etp"))
     if etp is None and bridge_recipes and any(m in str(get("model")).lower() for m in BRIDGE_ETP1_MODELS):
         etp = 1
