@@ -239,7 +239,8 @@ class Terms(NamedTuple):
     layer_params: object   # the heaviest layer's parameters on one GPU, its local routed experts included
     largest_weight: object  # the largest single weight matrix of a layer on one GPU (DeepSpeed's gather floor;
                             # None when no row caps its live ZeRO-3 parameters)
-    gemm_f: object         # forward GEMM seconds of a layer on the pacing stage (= its W pass, schedules.py)
+    gemm_f: object         # forward GEMM seconds of a layer on the pacing stage (= its W pass, schedules.py;
+                           # None when no row runs a split-backward schedule)
     wgrad_layer: object    # bytes a layer keeps for a deferred W pass (ZB-H1) on the ranks that hold W passes
                            # (None when no row runs a split-backward schedule)
     widths: tuple          # :func:`widths` of the rows
@@ -407,7 +408,8 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     layer_r = avg(den_r, moe_r, w_slot)
     ep_f = ops.where(moe, (1.0 - w_slot) * ep_f1, 0.0)
     ep_b = ops.where(moe, (1.0 - w_slot) * ep_b1, 0.0)
-    gemm_f = attn_gemm_f + avg(dense_gemm_f, moe_gemm_f, w_slot)
+    split_bwd = sch.uses_split_backward(c["schedule"])  # zero-bubble / DualPipe rows: their W pass (below)
+    gemm_f = attn_gemm_f + avg(dense_gemm_f, moe_gemm_f, w_slot) if split_bwd else None
 
     # --- activations (bytes per layer and micro-batch) ---------------------------------------------
     norm_out = 2.0 - fp8
@@ -438,7 +440,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # ZB-H1's deferred W passes keep each linear layer's input and output gradient (schedules.linear_wgrad_bytes);
     # the ranks that hold them (rank 1 and the last) hold MoE layers where the model has experts
     wgrad_layer = None
-    if sch.uses_split_backward(c["schedule"]):
+    if split_bwd:
         def lw(n_tok, width_in, width_out):
             return sch.linear_wgrad_bytes(n_tok, width_in, width_out, fp8)
         h_r = h / rep_div
