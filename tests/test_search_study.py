@@ -242,3 +242,22 @@ def test_auto_method_enumerates_small_spaces_and_samples_large_ones():
     # a study run with auto on a small space is the exact enumeration
     res = run_study(small, "auto", optuna.storages.InMemoryStorage())
     assert res.method == "exhaustive" and res.study.user_attrs["cosearch"]["kind"] == "exhaustive"
+
+
+def test_scipy_heuristics_rank_a_zero_cost_as_the_cheapest_not_as_missing():
+    """A cluster priced at 0 (owned hardware) makes every cost 0: differential evolution and dual annealing
+    scored log(0) as missing, so every point looked infeasible and the search lost its objective."""
+    from cosearch.samplers._scipy import PENALTY, _log_objectives, _score
+
+    sp = space(cluster={"gpu": "h100-sxm", "gpus": [512, 1024], "price_usd_per_gpu_hour": 0.0}, constraints={})
+    m = sp.evaluate_rows(sp.rows_of_flat(np.arange(int(sp.size))))
+    feas = np.asarray(m["feasible"], dtype=bool)
+    assert feas.any() and np.all(np.asarray(m["cost_to_train_usd"], dtype=float)[feas] == 0.0)
+    score = _score(sp, m, 0, None)
+    time_ = np.asarray(m["time_to_train_days"], dtype=float)
+    assert np.all(score[feas] < PENALTY) and np.all(score[~feas] >= PENALTY)
+    assert int(np.argmin(score)) == int(np.argmin(np.where(feas, time_, np.inf)))  # the fastest feasible plan
+    # 0 is the best value of a minimized metric and the worst of a maximized one; NaN stays missing
+    sp2 = space(objectives=["cost_to_train_usd", "mfu"])
+    lv = _log_objectives(sp2, {"cost_to_train_usd": np.array([0.0, 5.0, np.nan]), "mfu": np.array([0.0, 0.5, np.nan])})
+    assert lv[0, 0] < lv[1, 0] and lv[0, 1] > lv[1, 1] and np.isnan(lv[2]).all()

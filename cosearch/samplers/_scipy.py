@@ -75,13 +75,18 @@ class _Problem:
         return rows
 
 
+#: What a metric of exactly 0 counts as before the log: the smallest normal float (log -708).
+_TINY = float(np.finfo(float).tiny)
+
+
 def _log_objectives(space: SearchSpace, metrics: Mapping[str, np.ndarray]) -> np.ndarray:
-    """(m, k) minimized objectives in log scale (maximized metrics negated)."""
+    """(m, k) minimized objectives in log scale (maximized metrics negated). A value of exactly 0 (a cost
+    on a cluster priced at 0) is the smallest float, not missing: only NaN and negative values are."""
     cols = []
     for name, sense in zip(space.objectives, space.directions):
         v = np.asarray(metrics[name], dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
-            lv = np.log(np.where(v > 0, v, np.nan))
+            lv = np.log(np.where(v > 0, v, np.where(v == 0, _TINY, np.nan)))
         cols.append(-lv if sense == "maximize" else lv)
     return np.stack(cols, axis=1)
 
