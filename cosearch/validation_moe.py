@@ -149,7 +149,8 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     Stated fields are used as stated; unstated micro-batch, interleaving and recompute are tuned as for the
     dense rows (:func:`cosearch.validation.row_scenarios`). Facts of the named stack: Megatron-Core/NeMo
     use the distributed optimizer, sequence parallelism with TP, the recipes' ETP, dispatcher and a2a
-    overlap (:func:`_bridge_dispatch`) and one GEMM launch per local expert; "force-balanced" routing (S20's note) has load imbalance 1.0, a
+    overlap (:func:`_bridge_dispatch`; an overlap the row states, column ``moe_a2a_overlap``, wins) and one GEMM
+    launch per local expert; "force-balanced" routing (S20's note) has load imbalance 1.0, a
     padded capacity factor fixes each expert's rows at capacity; DeepSeek-V3's own run (S24) used DeepEP
     with DualPipe's full computation-communication overlap and fp8 dispatch (arXiv 2412.19437 sec. 3.2.1-3.2.2,
     3.3.2); Megatron-Core dispatches in 16 bits (:mod:`cosearch.model.moe`).
