@@ -444,16 +444,15 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
         def lw(n_tok, width_in, width_out):
             return sch.linear_wgrad_bytes(n_tok, width_in, width_out, fp8)
         h_r = h / rep_div
-        attn_w = lw(tok, h_r, q_loc + 2.0 * kv_loc) + lw(tok, q_loc, h_r)
+        attn_w = sch.attention_wgrad_bytes(tok, h_r, q_loc, kv_loc, fp8)
         if any_mla:  # down projections (replicated), up projections, output projection (moe_params.mla_params)
             mla_w = (ops.where(ql > 0, lw(tok_r, h, ql) + lw(tok, ql, qk_loc), lw(tok, h_r, qk_loc))
                      + lw(tok_r, h, kvl + rope) + lw(tok, kvl, a * (nope + d_v) / tp) + lw(tok, v_loc, h_r))
             attn_w = ops.where(mla, mla_w, attn_w)
 
-        def mlp_w_bytes(n_tok, width_loc, width_in):  # fc1 and fc2 of a (gated) MLP
-            return ops.where(width_loc > 0, lw(n_tok, width_in, width_loc * g1) + lw(n_tok, width_loc, width_in), 0.0)
-        wgrad_layer = attn_w + ops.where(moe, mlp_w_bytes(tok, fs_loc, h_r) + mlp_w_bytes(m_act, fe_loc, h),
-                                         mlp_w_bytes(tok, fd_loc, h_r))
+        def mlp_w(n_tok, width_loc, width_in):  # an MLP the layer may lack (no shared experts: width 0)
+            return ops.where(width_loc > 0, sch.mlp_wgrad_bytes(n_tok, width_in, width_loc, g, fp8), 0.0)
+        wgrad_layer = attn_w + ops.where(moe, mlp_w(tok, fs_loc, h_r) + mlp_w(m_act, fe_loc, h), mlp_w(tok, fd_loc, h_r))
 
     # --- parameters on each rank -------------------------------------------------------------------
     mla_parts = mla_params(c, d_qk, d_v)
@@ -469,10 +468,11 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     edp = tp * cp * dp / (ep * etp)
     # the heaviest layer as ZeRO-3 gathers it and offload streams it: a dense layer of the model, or a MoE layer
     # with its local routed experts; the largest single matrix: a fused QKV, output or fc1 weight
-    layer_params = ops.maximum(ops.where(moe & (nd <= 0), 0.0, dense_loc), ops.where(moe, moe_loc + exp_loc, 0.0))
+    no_dense = moe & (nd <= 0)  # a MoE model without leading dense layers
+    layer_params = ops.maximum(ops.where(no_dense, 0.0, dense_loc), ops.where(moe, moe_loc + exp_loc, 0.0))
     largest_weight = None
     if not ops.all(ops.isnan(c["zero3_live_params"])):  # DeepSpeed's cap on live gathered parameters is set
-        fc1 = h * g1 * ops.maximum(ops.maximum(ops.where(moe & (nd <= 0), 0.0, fd_loc), ops.where(moe, fs_loc, 0.0)),
+        fc1 = h * g1 * ops.maximum(ops.maximum(ops.where(no_dense, 0.0, fd_loc), ops.where(moe, fs_loc, 0.0)),
                                    ops.where(moe, fe_loc, 0.0))
         attn_mat = h * (q_loc + 2.0 * kv_loc)
         if any_mla:  # MLA's down projections (replicated), up projections and output projection (split)

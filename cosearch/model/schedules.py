@@ -81,6 +81,19 @@ def linear_wgrad_bytes(tokens, in_width, out_width, fp8):
     return tokens * ((BYTES_16BIT - fp8) * in_width + BYTES_16BIT * out_width)
 
 
+def attention_wgrad_bytes(tokens, hidden_rep, q_local, kv_local, fp8):
+    """M_W of an attention block's projections (:func:`linear_wgrad_bytes`): QKV hidden -> q + 2 kv, output
+    q -> hidden (``hidden_rep``: h/tp under SP, h otherwise)."""
+    return (linear_wgrad_bytes(tokens, hidden_rep, q_local + 2.0 * kv_local, fp8)
+            + linear_wgrad_bytes(tokens, q_local, hidden_rep, fp8))
+
+
+def mlp_wgrad_bytes(tokens, hidden_in, ffn_local, gated, fp8):
+    """M_W of a (gated) MLP (:func:`linear_wgrad_bytes`): fc1 hidden -> f(1+gated), fc2 f -> hidden."""
+    return (linear_wgrad_bytes(tokens, hidden_in, ffn_local * (1.0 + gated), fp8)
+            + linear_wgrad_bytes(tokens, ffn_local, hidden_in, fp8))
+
+
 def wgrad_activation_bytes(seq_local, micro, hidden_rep, hidden_local, kv_local, ffn_local, gated, fp8):
     """M_W: bytes one dense layer keeps for a deferred W pass of one micro-batch on one GPU.
 
@@ -91,10 +104,8 @@ def wgrad_activation_bytes(seq_local, micro, hidden_rep, hidden_local, kv_local,
     per token. MoE layers: :mod:`cosearch.model.moe`.
     """
     tok = seq_local * micro
-    return (linear_wgrad_bytes(tok, hidden_rep, hidden_local + 2.0 * kv_local, fp8)
-            + linear_wgrad_bytes(tok, hidden_local, hidden_rep, fp8)
-            + linear_wgrad_bytes(tok, hidden_rep, ffn_local * (1.0 + gated), fp8)
-            + linear_wgrad_bytes(tok, ffn_local, hidden_rep, fp8))
+    return (attention_wgrad_bytes(tok, hidden_rep, hidden_local, kv_local, fp8)
+            + mlp_wgrad_bytes(tok, hidden_rep, ffn_local, gated, fp8))
 
 
 def paced_stage_s(schedule, pp, n_stage, n_first, n_last, layer_s, heads_s, one_f_one_b_s):
