@@ -39,6 +39,16 @@ def random_rows(space, n: int, seed: int):
     return np.stack([rng.integers(0, len(d.choices), n) for d in space.dims], axis=1).astype(float)
 
 
+def experiment_script(name: str):
+    """The module ``experiments/<name>.py``, loaded by path (experiments/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(capsys, *args):
     """(exit code, stdout, stderr) of ``cosearch ARGS`` run in this process."""
     from cosearch.cli import main

@@ -3,7 +3,6 @@ the band holds the estimate, matches the shipped file, is the same on the scalar
 optimized and budgeted, is stored with trials, and covers about 80 % of the published runs held out by source."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -14,7 +13,7 @@ import numpy as np
 import optuna
 import pytest
 import yaml
-from conftest import random_rows
+from conftest import experiment_script, random_rows
 
 from cosearch import estimate
 from cosearch.errors import CosearchError
@@ -46,10 +45,7 @@ def _all_rows(space) -> np.ndarray:
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("prediction_interval", ROOT / "experiments" / "prediction_interval.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return experiment_script("prediction_interval")
 
 
 def test_factors_match_the_shipped_file():

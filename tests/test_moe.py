@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_rows
+from conftest import experiment_script, random_rows
 
 from cosearch.errors import CosearchError
 from cosearch.estimate import estimate
@@ -370,12 +370,10 @@ def test_readme_worked_example_runs_on_an_unpriced_cluster_and_matches_its_commi
     """experiments/moe_worked_example.py fixes the shipped space's cluster to 2,048 H800, which has no list
     price: it must still rank the plans (by time) rather than be refused for the space's cost objective, and
     its answer must be the committed one the README quotes (stop 41 found the script refusing since stop 40)."""
-    import importlib.util
     import json
+
     import yaml
-    spec = importlib.util.spec_from_file_location("moe_worked_example", ROOT / "experiments" / "moe_worked_example.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = experiment_script("moe_worked_example")
     data = yaml.safe_load(example.SPACE.read_text())
     got = example.fastest(data, "h800", 2048, "grouped")
     committed = next(r for r in json.loads(example.OUT.read_text())["rows"]

@@ -314,14 +314,9 @@ def test_zb_h1_speedup_against_qi2024_table4():
     """The model's ZB-H1/1F1B throughput ratio against the 12 published setups of Qi et al. ICLR 2024
     Table 4 (experiments/validate_schedules.py; nothing fitted to them). The published gain falls
     with more micro-batches (bubble (p-1)/m); the model must follow within a few percent."""
-    import importlib.util
-    from pathlib import Path
+    from conftest import experiment_script
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "validate_schedules.py"
-    spec = importlib.util.spec_from_file_location("validate_schedules", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rows = mod.compare()
+    rows = experiment_script("validate_schedules").compare()
     assert len(rows) == 12
     errs = sorted(abs(r["model_ratio"] / r["published_ratio"] - 1.0) for r in rows)
     assert errs[len(errs) // 2] <= 0.03 and errs[-1] <= 0.05
