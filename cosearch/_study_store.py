@@ -101,16 +101,25 @@ def load_study(study_name: str, storage: BaseStorage | str | None = None) -> opt
         return optuna.load_study(study_name=study_name, storage=st, sampler=optuna.samplers.RandomSampler())
 
 
+def stored_method(storage: BaseStorage, name: str) -> str | None:
+    """The method cosearch stored for study ``name``; None when the storage has no such study or it
+    stored none."""
+    for s in storage.get_all_studies():
+        if s.study_name == name:
+            info = s.user_attrs.get(ATTR)
+            return str(info["method"]) if isinstance(info, Mapping) and info.get("method") else None
+    return None
+
+
 def resume_method(sampler: str, space: SearchSpace, name: str, storage: BaseStorage) -> str:
     """The concrete method of a run of ``sampler`` on study ``name``: ``auto`` continues an existing
-    cosearch study with the method it stored (picking afresh would choose exhaustive for a finite
-    space even when a sampler started the study, which then refuses the run), otherwise
+    cosearch study with the method it stored (:func:`stored_method`; picking afresh would choose exhaustive
+    for a finite space even when a sampler started the study, which then refuses the run), otherwise
     :func:`~cosearch.samplers.resolve_method`'s choice for the space."""
     if check_method(sampler) == "auto":
-        for s in storage.get_all_studies():
-            info = s.user_attrs.get(ATTR) if s.study_name == name else None
-            if isinstance(info, Mapping) and info.get("method"):
-                return str(info["method"])
+        method = stored_method(storage, name)
+        if method:
+            return method
     return resolve_method(sampler, space)
 
 

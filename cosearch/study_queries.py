@@ -80,11 +80,11 @@ def _check_objective(study: optuna.Study, objective: str | None) -> str:
     return obj
 
 
-def _check_has_values(study: optuna.Study, metrics: Mapping[str, str]) -> None:
-    """Each metric (by the flag that asks for it) has a value in some stored feasible trial, else a
-    one-line error: ``time_to_train_days`` of a study whose space sets no ``training.tokens`` is
-    None everywhere, so no budget can make it qualify (and enumerating again finds nothing either)."""
-    feas = feasible_trials(study)
+def _check_has_values(study: optuna.Study, metrics: Mapping[str, str], feas: list[FrozenTrial]) -> None:
+    """Each metric (by the flag that asks for it) has a value in some stored feasible trial (``feas``:
+    :func:`feasible_trials` of the study), else a one-line error: ``time_to_train_days`` of a study whose
+    space sets no ``training.tokens`` is None everywhere, so no budget can make it qualify (and enumerating
+    again finds nothing either)."""
     if not feas:
         return  # nothing feasible at all: why_nothing says so
     space = study_info(study).get("space") or {}
@@ -115,8 +115,9 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
     for k, v in limits.items():
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf):
             raise CosearchError(f"--{k.replace('_', '-')}", f"must be a finite positive number (got {v!r})")
+    feas = feasible_trials(study)
     _check_has_values(study, {"--objective": obj, **{f"--{k.replace('_', '-')}": _LIMITS[k]
-                                                    for k, v in limits.items() if v is not None}})
+                                                    for k, v in limits.items() if v is not None}}, feas)
     info = study_info(study)
     if info.get("kind") == "exhaustive":
         stored = (info.get("summary") or {}).get("front_metrics") or []
@@ -124,7 +125,7 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
         if not all(m in stored for m in needed):
             # the stored front is exact only over its own metrics: enumerate the space again
             return _best_enumerated(study, info, obj, limits)
-    cands = _qualifying(feasible_trials(study), obj, limits)
+    cands = _qualifying(feas, obj, limits)
     if not cands:
         return None
     sign = -1.0 if direction(obj) == "maximize" else 1.0

@@ -129,8 +129,9 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
     """Be one worker of ``study_name``: run trials until the study's target is reached.
 
     Returns :class:`cosearch.study.StudyResult` of this worker's share."""
+    from .._study_store import stored_method
     from ..scaleout import TrialBudget, get_target, study_lock, worker_seed
-    from ..study import ATTR, _as_space, run_study
+    from ..study import _as_space, run_study
 
     space = _as_space(space)
     st = open_storage(storage)
@@ -138,14 +139,7 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
     if study_name not in names and n_trials is None:
         raise CosearchError("--study", f"no study named {study_name!r} in that storage; start it with "
                             f"`cosearch run SPACE --study {study_name} --trials N` or pass --trials N")
-    info_method = None
-    if study_name in names:
-        import optuna
-
-        existing = optuna.load_study(study_name=study_name, storage=st)
-        info = existing.user_attrs.get(ATTR)
-        info_method = info.get("method") if isinstance(info, dict) else None
-    method = sampler or info_method or "tpe"
+    method = sampler or (stored_method(st, study_name) if study_name in names else None) or "tpe"
     profile = profile or _profile(None)
     study = open_for_workers(space, study_name, storage, method, n_trials, st=st, profile=profile)
     target = get_target(study)
