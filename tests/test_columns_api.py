@@ -27,8 +27,10 @@ def test_unphysical_rows_are_not_feasible(cols, column, value):
     assert out["valid"].tolist() == [True, False] and out["feasible"].tolist() == [True, False]
 
 
-def test_not_given_price_and_tokens_stay_valid(cols):
-    out = cosearch.evaluate({**cols, "price_usd_per_gpu_hour": np.nan, "tokens": np.nan})
+@pytest.mark.parametrize("missing", [np.nan, None])
+def test_not_given_price_and_tokens_stay_valid(cols, missing):
+    """NaN or None: not given (None raised AttributeError in the array path, while the scalar path read NaN)."""
+    out = cosearch.evaluate({**cols, "price_usd_per_gpu_hour": missing, "tokens": missing})
     assert out["feasible"].all() and np.isnan(out["cost_usd_per_step"]).all()
 
 

@@ -149,7 +149,8 @@ def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[st
     it is used; a dense batch then does not pay for a dozen filled columns it never reads. ``lean`` (the evaluator's own input) keeps
     every single-valued column 0-d that way, except ``gpus`` and ``dp``, which carry the shape."""
     full = _full_columns(cols)
-    full = {k: v if v is None else _float_array(k, v) for k, v in full.items()}
+    # None is "not given" (NaN), as in scalar_columns; only an absent dp stays None, to be derived below
+    full = {k: v if v is None and k == "dp" else _float_array(k, v) for k, v in full.items()}
     if full["dp"] is None:
         full["dp"] = full["gpus"] / (full["tp"] * full["pp"] * full["cp"])
     if lean:  # 0-d columns stay 0-d: the same values wherever they broadcast, none of the copies
