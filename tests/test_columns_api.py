@@ -4,6 +4,7 @@ import pytest
 
 import cosearch
 from cosearch.errors import CosearchError
+from cosearch.model import evaluate_scalar
 from cosearch.scenario import load_scenario, scenario_columns
 
 GPT3 = "examples/gpt3-175b.yaml"
@@ -25,6 +26,10 @@ def test_unphysical_rows_are_not_feasible(cols, column, value):
     batch = {**cols, column: np.array([cols[column], value])}
     out = cosearch.evaluate(batch)
     assert out["valid"].tolist() == [True, False] and out["feasible"].tolist() == [True, False]
+    # the scalar path gives the vectorized path's answer (it priced such a row as valid)
+    one = evaluate_scalar({**cols, column: value})
+    assert one["valid"] is False and one["feasible"] is False
+    assert evaluate_scalar(cols)["valid"] is True
 
 
 @pytest.mark.parametrize("missing", [np.nan, None])

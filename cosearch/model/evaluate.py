@@ -87,10 +87,15 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
 
 def _unphysical_invalid(c, out: dict) -> dict:
     """``out`` with ``valid`` and ``feasible`` False where the inputs are not physical (:func:`.feasibility.
-    physical_mask`) or the step time is not a finite positive number (a plan that needs a network of 0 Gb/s)."""
+    physical_mask`) or the step time is not a finite positive number (a plan that needs a network of 0 Gb/s).
+    Both raw-column entry points apply it (:func:`evaluate`, :func:`evaluate_scalar`); ``estimate`` reads a
+    range-checked Scenario and skips it."""
     ok = physical_mask(c) & np.isfinite(out["step_time_s"]) & (out["step_time_s"] > 0)
     if not np.all(ok):
-        out["valid"], out["feasible"] = out["valid"] & ok, out["feasible"] & ok
+        if np.ndim(ok) == 0:  # one configuration (evaluate_scalar): plain bools
+            out["valid"] = out["feasible"] = False
+        else:
+            out["valid"], out["feasible"] = out["valid"] & ok, out["feasible"] & ok
     return out
 
 
@@ -119,7 +124,8 @@ def evaluate_scalar(columns: Mapping[str, object], profile: Profile = DEFAULT_PR
     in practice only in rows that break a rule or have a zero rate); such a configuration is evaluated
     again on 0-d arrays, so the values always equal the vectorized path's.
     """
-    return evaluate_scalar_columns(scalar_columns(columns), profile)
+    c = scalar_columns(columns)
+    return _unphysical_invalid(c, evaluate_scalar_columns(c, profile))
 
 
 def evaluate_scalar_columns(c: dict[str, float], profile: Profile = DEFAULT_PROFILE) -> dict[str, float | bool]:
