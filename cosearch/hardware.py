@@ -122,6 +122,15 @@ def gpu(gpu_id: str) -> dict[str, Any]:
     return cat[gpu_id]
 
 
+
+def type_columns(name: str) -> dict[str, float]:
+    """The catalog's hardware columns of GPU ``name`` (:data:`cosearch.model.hetero.HARDWARE_COLUMNS`, no
+    overrides) but its peak, which depends on the precision: the caller sets it."""
+    from .model.hetero import HARDWARE_COLUMNS
+
+    entry = gpu(name)
+    return {k: float(entry[k]) for k in HARDWARE_COLUMNS if k != "peak_tflops"}
+
 def peak_tflops(gpu_id: str, precision: str) -> float:
     """Dense peak TFLOP/s of ``gpu_id`` at ``precision``; error if the GPU lacks it."""
     entry = gpu(gpu_id)

@@ -26,12 +26,10 @@ def type_hardware(name: str, precision: str) -> dict[str, float]:
 
 
 def unused_type_hardware(name: str) -> dict[str, float]:
-    """:data:`HARDWARE_COLUMNS` of a type the plan leaves idle, whatever precisions it has: its peak NaN (never
-    read), as the search path gives it. Read at a precision the type has, so that an idle V100 or T4 (no bf16)
-    does not refuse a bf16 or fp8 plan on the other types."""
-    peaks = hardware.gpu(name)["peak_tflops"]
-    have = next((p for p in hardware.PRECISIONS if peaks.get(p)), hardware.PRECISIONS[0])
-    return {**type_hardware(name, have), "peak_tflops": float("nan")}
+    """:data:`HARDWARE_COLUMNS` of a type the plan leaves idle: the catalog's columns with its peak NaN (never
+    read), as the search path gives it (:func:`cosearch.hardware.type_columns`), so that an idle V100 or T4
+    (no bf16) does not refuse a bf16 or fp8 plan on the other types."""
+    return {"peak_tflops": float("nan"), **hardware.type_columns(name)}
 
 
 def inventory_columns(sc: Scenario) -> dict[str, Any]:

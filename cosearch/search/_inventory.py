@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import hardware
 from ..errors import CosearchError
-from ..model.hetero import HARDWARE_COLUMNS, HETERO_CODES, common_columns
+from ..model.hetero import HETERO_CODES, common_columns
 from . import _build
 from ._values import _Cat, _Resolver
 
@@ -46,9 +46,8 @@ def inventory_args(space: "SearchSpace", assign: Mapping[str, Sequence[Any] | np
     pidx = prec.lookup(_PRECISIONS.index).astype(np.intp) if isinstance(prec, _Cat) else _PRECISIONS.index(prec)
     hws = []
     for name in names:
-        entry = hardware.gpu(name)
-        hw = {k: float(entry[k]) for k in HARDWARE_COLUMNS if k != "peak_tflops"}
-        peaks = np.array([float(entry["peak_tflops"].get(p) or np.nan) for p in _PRECISIONS])
+        hw = hardware.type_columns(name)
+        peaks = np.array([float(hardware.gpu(name)["peak_tflops"].get(p) or np.nan) for p in _PRECISIONS])
         hw["peak_tflops"] = peaks[pidx]
         hws.append(hw)
     inv = [get.number(f"cluster.inventory.{name}") for name in names]
