@@ -126,11 +126,6 @@ def read_yaml(path: str | Path) -> Any:
     return parse_yaml(read_text(path, YAML_MAX_BYTES), str(path))
 
 
-def read_csv(path: str | Path) -> Any:
-    """A user CSV file as a pandas DataFrame, read within :data:`CSV_MAX_BYTES` (:func:`parse_csv`)."""
-    return parse_csv(read_text(path, CSV_MAX_BYTES), str(path))
-
-
 def parse_csv(text: str, name: str) -> Any:
     """CSV ``text`` (read by :func:`read_text`) as a pandas DataFrame. Lines whose first non-blank character
     is ``#`` are comments (as in docs/calibration.md); a ``#`` inside a cell is kept."""
