@@ -307,12 +307,13 @@ def calibrate(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profile 
     base = base or Profile()
     n = len(c.rows)
     configs = configuration_ids(c)
-    check_enough_configurations(int(configs.max()) + 1 if n else 0, len(params), folds, source)
+    distinct = int(configs.max()) + 1 if n else 0
+    check_enough_configurations(distinct, len(params), folds, source)
     fit = fit_profile(c, params, base, multistart=True)
     groups = kfold_groups(configs, folds, seed)
     report: dict[str, Any] = {
         "rows": n,
-        "configurations": int(configs.max()) + 1,
+        "configurations": distinct,
         "params": list(params),
         "fitted": {p: float(getattr(fit.profile, p)) for p in params},
         "base": {p: float(getattr(base, p)) for p in params},
