@@ -31,6 +31,17 @@ def gpt3_scenario():
     }
 
 
+#: A 216-point search space (GPT-3 175B on 512-1,024 A100/H100, TP x PP x micro-batch x recompute), time vs cost,
+#: no constraints: the small space the study, query and API tests share (each adds its own budgets).
+GPT3_SMALL_SPACE = {
+    "model": "gpt3-175b",
+    "training": {"global_batch": 1536, "tokens": 3.0e11, "precision": "bf16"},
+    "cluster": {"gpu": ["a100-80gb", "h100-sxm"], "gpus": [512, 1024]},
+    "plan": {"tp": [2, 4, 8], "pp": [4, 8, 16], "microbatch": [1, 2], "recompute": ["none", "selective", "full"]},
+    "objectives": ["time_to_train_days", "cost_to_train_usd"],
+}
+
+
 def random_rows(space, n: int, seed: int):
     """``n`` random points (rows of choice indices) of a finite search space."""
     import numpy as np

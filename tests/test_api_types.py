@@ -12,14 +12,9 @@ import yaml
 import cosearch
 from cosearch.cli import main
 from cosearch.errors import CosearchError
+from conftest import GPT3_SMALL_SPACE
 
-SPACE = {
-    "model": "gpt3-175b",
-    "training": {"global_batch": 1536, "tokens": 3.0e11, "precision": "bf16"},
-    "cluster": {"gpu": ["a100-80gb", "h100-sxm"], "gpus": [512, 1024]},
-    "plan": {"tp": [2, 4, 8], "pp": [4, 8, 16], "microbatch": [1, 2], "recompute": ["none", "selective", "full"]},
-    "objectives": ["time_to_train_days", "cost_to_train_usd"],
-}
+SPACE = GPT3_SMALL_SPACE
 NOT_A_PATH = [None, {}, [], 1.5, np.int64(3), 0]  # 0 would be os.stat of stdin, np.int64 "embedded null character"
 
 

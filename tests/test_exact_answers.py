@@ -10,16 +10,9 @@ import pytest
 
 from cosearch.search.space import direction, parse_space
 from cosearch.study import best, run_study
-from conftest import run_cli
+from conftest import GPT3_SMALL_SPACE, run_cli
 
-SMALL = {
-    "model": "gpt3-175b",
-    "training": {"global_batch": 1536, "tokens": 3.0e11, "precision": "bf16"},
-    "cluster": {"gpu": ["a100-80gb", "h100-sxm"], "gpus": [512, 1024]},
-    "plan": {"tp": [2, 4, 8], "pp": [4, 8, 16], "microbatch": [1, 2], "recompute": ["none", "selective", "full"]},
-    "objectives": ["time_to_train_days", "cost_to_train_usd"],
-    "constraints": {"max_cost_usd": 2.0e6},
-}
+SMALL = {**GPT3_SMALL_SPACE, "constraints": {"max_cost_usd": 2.0e6}}
 
 
 @pytest.fixture(scope="module")

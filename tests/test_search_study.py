@@ -13,15 +13,9 @@ from cosearch.errors import CosearchError
 from cosearch.samplers import METHODS, front_metrics, run_exhaustive
 from cosearch.search.space import direction, parse_space
 from cosearch.study import best, feasible_trials, list_studies, pareto_front, run_study, why_nothing
+from conftest import GPT3_SMALL_SPACE
 
-TINY = {
-    "model": "gpt3-175b",
-    "training": {"global_batch": 1536, "tokens": 3.0e11, "precision": "bf16"},
-    "cluster": {"gpu": ["a100-80gb", "h100-sxm"], "gpus": [512, 1024]},
-    "plan": {"tp": [2, 4, 8], "pp": [4, 8, 16], "microbatch": [1, 2], "recompute": ["none", "selective", "full"]},
-    "objectives": ["time_to_train_days", "cost_to_train_usd"],
-    "constraints": {"max_cost_usd": 1.0e6},
-}
+TINY = {**GPT3_SMALL_SPACE, "constraints": {"max_cost_usd": 1.0e6}}
 
 
 def space(**over):
