@@ -1,4 +1,5 @@
-"""The one safe reader for user files (scenario, search space, profile YAML; measured CSV).
+"""The one safe reader for user files (scenario, search space, profile YAML; measured CSV), and the one
+writer for paths named on the command line (:func:`write_output`).
 
 Every problem becomes a one-line :class:`~cosearch.errors.CosearchError` naming the file, within
 bounded time and memory, whatever the file holds:
@@ -17,7 +18,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -27,6 +28,8 @@ YAML_MAX_BYTES = 256 << 10  #: 256 KiB: the largest shipped YAML is a few KiB; l
 CSV_MAX_BYTES = 64 << 20   #: 64 MiB: a measured CSV of some hundred thousand rows
 YAML_MAX_DEPTH = 64        #: nesting levels of mappings/sequences
 MAX_INT_DIGITS = 24        #: 10**24 exceeds every integer a scenario can hold
+
+T = TypeVar("T")
 
 
 def _mib(n: int) -> str:
@@ -136,3 +139,13 @@ def parse_csv(text: str, name: str) -> Any:
         return pd.read_csv(io.StringIO(text), comment=None)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, OverflowError) as err:
         raise CosearchError(name, f"cannot read CSV ({(str(err).splitlines() or ['error'])[0]})") from None
+
+
+def write_output(flag: str, path: str | Path, write: Callable[[str | Path], T]) -> T:
+    """``write(path)`` for a path named by ``flag`` (``--out``, ``--png``, ``--csv``, ...): a path that cannot be
+    written (a directory, a file where a folder belongs, a missing or read-only folder, ``/proc``) is a one-line
+    ``CosearchError(flag, "cannot write PATH (why)")``, never an OSError traceback."""
+    try:
+        return write(path)
+    except OSError as err:
+        raise CosearchError(flag, f"cannot write {str(path)!r} ({err.strerror or err})") from None

@@ -153,6 +153,7 @@ from typing import Any, Mapping, Optional  # noqa: E402
 
 from pydantic import BaseModel, ConfigDict  # noqa: E402
 
+from ._files import write_output  # noqa: E402
 from ._numbers import Float, Int  # noqa: E402
 from .errors import CosearchError  # noqa: E402
 
@@ -347,7 +348,4 @@ def write_profile_file(path: str | Path, fit: FitResult, rng: CalibratedRange, r
         "fit_report": dict(report),
     }
     text = "".join(f"# {line}\n" for line in header.splitlines()) + yaml.safe_dump(doc, sort_keys=False)
-    try:
-        Path(path).write_text(text)
-    except OSError as err:
-        raise CosearchError(str(path), f"cannot write profile ({err.strerror or err})") from None
+    write_output("--out", path, lambda p: Path(p).write_text(text))

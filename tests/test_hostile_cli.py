@@ -158,6 +158,21 @@ def test_unwritable_output_paths_name_the_flag(studies, tmp_path, capsys):
     assert a_file.read_text() == "x"
 
 
+def test_unwritable_output_paths_of_the_other_commands_name_the_flag(tmp_path, capsys):
+    """export --out, catalog --csv and calibrate --out write through the same one writer as report/pareto."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    scenario = tmp_path / "sc.yaml"
+    scenario.write_text(yaml.safe_dump({"model": "gpt3-1.3b", "training": {"global_batch": 512},
+                                        "cluster": {"gpu": "h100-sxm", "gpus": 8}, "plan": {"tp": 1, "pp": 1}}))
+    published = ROOT / "experiments" / "data" / "validation" / "published_runs_public.csv"
+    for args, flag in ((["export", str(scenario), "--format", "megatron", "--out", str(folder)], "--out"),
+                       (["catalog", "--csv", str(folder)], "--csv"),
+                       (["calibrate", str(published), "--params", "matmul_scale", "--out", str(folder)], "--out")):
+        rc, _, err = run_cli(capsys, *args)
+        _one_line_error(rc, err, flag, "cannot write", repr(str(folder)))
+
+
 # --- 4. --dask with a malformed address -----------------------------------------------------------
 @pytest.mark.parametrize("address", ["bogus", "h:abc", "foo://x:1", "tcp://h:99999", "h:0"])
 def test_malformed_dask_address_names_the_flag_and_the_form(tmp_path, capsys, address):

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ._console import console
 from ..cloud.catalog import load_catalog
+from .._files import write_output
 from ..errors import CosearchError
 
 
@@ -37,10 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if df.empty:
         raise CosearchError("catalog", "no instance type matches the filters")
     if args.csv:
-        try:
-            df.to_csv(args.csv, index=False)
-        except OSError as err:
-            raise CosearchError(args.csv, f"cannot write CSV ({err.strerror or err})") from None
+        write_output("--csv", args.csv, lambda p: df.to_csv(p, index=False))
     if args.json:
         print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))
         return 0

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CosearchError
+from .._files import write_output
 from ..frameworks import FORMATS, export
 
 
@@ -60,10 +61,7 @@ def run(args: argparse.Namespace) -> int:
         raise CosearchError("scenario", "give a scenario file or --study NAME")
     text = export(source, args.format)
     if args.out:
-        try:
-            Path(args.out).write_text(text)
-        except OSError as err:
-            raise CosearchError("--out", f"cannot write file ({err.strerror or err})") from None
+        write_output("--out", args.out, lambda p: Path(p).write_text(text))
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -311,7 +311,7 @@ def best_command(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------- pareto
 def pareto_command(args: argparse.Namespace) -> int:
     from ..study import load_study, pareto_front, study_info, why_nothing
-    from ..visualization._output import write_output
+    from .._files import write_output
 
     study = load_study(args.study, args.storage)
     info = study_info(study)

@@ -1,8 +1,8 @@
 """Pictures of cosearch studies (optuna-style ``plot_*`` functions returning plotly figures) and
 the self-contained HTML report (:func:`write_report`); :mod:`._static` draws the same with matplotlib.
 
-The public names are imported on first use (PEP 562): importing a light submodule such as
-:mod:`._output` (which every CLI output flag uses) does not load plotly (~1 s).
+The public names are imported on first use (PEP 562): importing a light submodule (``._data``, ``._budget``)
+does not load plotly (~1 s).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from ._data import BUDGET_METRICS, StudyData, fmt_metric, metric_label, study_da
 from ._history import plot_history
 from ._pareto import plot_pareto_front
 from ._importance import param_importances, plot_param_importances
-from ._output import write_output
+from .._files import write_output
 
 _CSS = """
 body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
