@@ -467,45 +467,55 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
                          ops.minimum(2.0 * layer_params_loc, ops.maximum(live, largest_sub)))
     z3_buffers = ops.where(z3, gathered * kern.BYTES_16BIT, 0.0)
     # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
-    # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits
-    stored_first = mem.inflight_layers(n_first, pp, v, m) * act_layer
-    w1, g1, o1 = states(params_first, "experts_first")
-    stored_mid = mem.inflight_layers(n_stage, pp, v, m, rank=1) * act_layer
+    # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits. Each rank's
+    # total is taken after the schedule and offload have moved its bytes, so the peak is the true one.
+    w0, g0, o0 = states(params_first, "experts_first")
     wm, gm, om = states(params_mid, "experts_mid")
-    use_mid = (pp > 2) & (n_first < n_stage) & (wm + gm + om + stored_mid > w1 + g1 + o1 + stored_first)
-    w1, g1, o1 = ops.where(use_mid, wm, w1), ops.where(use_mid, gm, g1), ops.where(use_mid, om, o1)
-    stored_first = ops.where(use_mid, stored_mid, stored_first)
-    stored_last = n_last * act_layer
     w2, g2, o2 = states(params_last, "experts_last")
-    logits_first, logits_last = ops.where(pp > 1, 0.0, logits_buf), logits_buf
+    stored0 = mem.inflight_layers(n_first, pp, v, m) * act_layer
+    stored_mid = mem.inflight_layers(n_stage, pp, v, m, rank=1) * act_layer
+    stored_last = n_last * act_layer
+    has_mid = (pp > 2) & (n_first < n_stage)
+    logits0, logits_last = ops.where(pp > 1, 0.0, logits_buf), logits_buf
+    logits_mid = 0.0  # a middle rank (pp > 2) holds no output layer under any schedule
     if split_bwd:  # in-flight micro-batches, ZB-H1's deferred W passes, where the loss sits (schedules.py)
         m_w = sch.wgrad_activation_bytes(s_loc, mb, h_rep, h / tp, kv_loc, f / tp, gated, fp8)
         if ext is not None:
             m_w = ops.where(ext.rows, ext.wgrad_layer, m_w)
-        stored_first, stored_last, logits_first, logits_last = sch.rank_activation_bytes(
-            sched, pp, m, n_stage, n_last, act_layer, m_w, stored_first, use_mid, logits_first, logits_last)
+        stored_mid = sch.rank_activation_bytes(sched, pp, m, n_stage, n_last, act_layer, m_w, stored_mid, True,
+                                               logits0, logits_last)[0]
+        stored0, stored_last, logits0, logits_last = sch.rank_activation_bytes(
+            sched, pp, m, n_stage, n_last, act_layer, m_w, stored0, False, logits0, logits_last)
+    ranks = [[w0, g0, o0, stored0], [wm, gm, om, stored_mid], [w2, g2, o2, stored_last]]
     if any_offload:
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers
-        tier_first = ops.where(off_opt, o1, 0.0) + ops.where(off_w, w1 + g1, 0.0) + ops.where(off_act, stored_first, 0.0)
-        tier_last = ops.where(off_opt, o2, 0.0) + ops.where(off_w, w2 + g2, 0.0) + ops.where(off_act, stored_last, 0.0)
-        expansion_used = ops.maximum(tier_first, tier_last)
         shard3 = ops.where(zero >= 3, ops.maximum(zg, 1.0), 1.0)
         stream_buf = (xp.BUFFER_LAYERS * ops.maximum(layer_params_loc, emb_loc) / shard3
                       * (mem.WEIGHT_BYTES + fp8 + mem.GRAD_BYTES))
-        o1, o2 = ops.where(off_opt, 0.0, o1), ops.where(off_opt, 0.0, o2)
-        w1, w2 = ops.where(off_w, stream_buf, w1), ops.where(off_w, stream_buf, w2)
-        g1, g2 = ops.where(off_w, 0.0, g1), ops.where(off_w, 0.0, g2)
         act_buf = xp.BUFFER_LAYERS * act_layer
-        stored_first = ops.where(off_act, ops.minimum(stored_first, act_buf), stored_first)
-        stored_last = ops.where(off_act, ops.minimum(stored_last, act_buf), stored_last)
+        tiers = []
+        for r in ranks:
+            w_, g_, o_, st_ = r
+            tiers.append(ops.where(off_opt, o_, 0.0) + ops.where(off_w, w_ + g_, 0.0) + ops.where(off_act, st_, 0.0))
+            r[:] = [ops.where(off_w, stream_buf, w_), ops.where(off_w, 0.0, g_), ops.where(off_opt, 0.0, o_),
+                    ops.where(off_act, ops.minimum(st_, act_buf), st_)]
+        expansion_used = ops.maximum(ops.maximum(tiers[0], tiers[2]), ops.where(has_mid, tiers[1], 0.0))
     else:
         expansion_used = ops.zeros_like(B)
-    act_first = stored_first + working + logits_first
+    (w0, g0, o0, stored0), (wm, gm, om, stored_mid), (w2, g2, o2, stored_last) = ranks
+    act0 = stored0 + working + logits0
+    act_mid = stored_mid + working + logits_mid
     act_last = stored_last + working + logits_last
-    tot_first = w1 + g1 + o1 + act_first + z3_buffers
+    tot0 = w0 + g0 + o0 + act0 + z3_buffers
+    tot_mid = ops.where(has_mid, wm + gm + om + act_mid + z3_buffers, 0.0)
     tot_last = w2 + g2 + o2 + act_last + z3_buffers
-    first_max = tot_first >= tot_last
-    memory_bytes = ops.where(first_max, tot_first, tot_last)
+    # the peak rank (0, a middle one, the last), whose parts the breakdown reports
+    peak_mid = tot_mid > ops.maximum(tot0, tot_last)
+    peak_last = ops.logical_not(peak_mid) & (tot_last > tot0)
+
+    def at_peak(first, mid, last):
+        return ops.where(peak_mid, mid, ops.where(peak_last, last, first))
+    memory_bytes = at_peak(tot0, tot_mid, tot_last)
     usable = mem.usable_hbm_bytes(c["hbm_gib"], p.hbm_reserved_gib, p.hbm_fragmentation)
     expansion_ok = xp.tier_fits(expansion_used, c["expansion_gib"], c["expansion_pooled"], c["gpus_per_node"])
     fits = (memory_bytes <= usable) & expansion_ok
@@ -586,10 +596,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         "time_bubble_s": bubble,
         "time_optimizer_s": optimizer,
         "time_offload_s": m * offload_mb + offload_end + ops.zeros_like(step),
-        "mem_weights_gib": ops.where(first_max, w1, w2) / mem.GIB,
-        "mem_gradients_gib": ops.where(first_max, g1, g2) / mem.GIB,
-        "mem_optimizer_gib": ops.where(first_max, o1, o2) / mem.GIB,
-        "mem_activations_gib": (ops.where(first_max, act_first, act_last) + z3_buffers) / mem.GIB,
+        "mem_weights_gib": at_peak(w0, wm, w2) / mem.GIB,
+        "mem_gradients_gib": at_peak(g0, gm, g2) / mem.GIB,
+        "mem_optimizer_gib": at_peak(o0, om, o2) / mem.GIB,
+        "mem_activations_gib": (at_peak(act0, act_mid, act_last) + z3_buffers) / mem.GIB,
         "dp_comm_total_s": dp_total,
         "dp_reduce_hidden_s": dp_total - dp_exposed,  # the gradient reduction hidden under the backward (overlap_grad_reduce)
         "expansion_used_gib": expansion_used / mem.GIB,
