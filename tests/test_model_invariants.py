@@ -141,3 +141,17 @@ def test_peak_memory_never_drops_when_a_layer_is_added(case):
     base = 96 if case == "offload" else 94
     mems = [memory(base + k) for k in range(4)]
     assert all(b >= a - 1e-9 for a, b in zip(mems, mems[1:])), mems
+
+
+@pytest.mark.parametrize("pp,held", [(24, 1), (12, 2)])
+def test_zero3_buffers_hold_two_layers_or_the_one_a_stage_has(pp, held):
+    """FSDP keeps the current and the prefetched layer gathered; a stage of one layer has nothing to prefetch.
+    GPT-3 1.3B (h 2048, ffn 8192, MHA): a layer is 4h^2 + 2*h*ffn weights, 16-bit, the zero-3 minus zero-2
+    activations."""
+    from cosearch import estimate
+
+    def act_gib(zero):
+        return estimate({"model": "gpt3-1.3b", "training": {"global_batch": 96}, "cluster": {"gpu": "h100-sxm", "gpus": 2 * pp},
+                         "plan": {"tp": 1, "pp": pp, "zero": zero, "recompute": "full"}})["memory_breakdown_gib"]["activations"]
+    layer = 4 * 2048 ** 2 + 2 * 2048 * 8192
+    assert (act_gib(3) - act_gib(2)) * 2 ** 30 == pytest.approx(held * layer * 2, rel=1e-9)

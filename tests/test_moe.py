@@ -547,3 +547,20 @@ def test_megatron_export_and_import_keep_the_mla_up_projection_recompute():
     f = [str(x) for x in megatron.flags(parse_scenario({**base, "plan": {**base["plan"], "recompute": "selective"}}))]
     with pytest.raises(CosearchError, match=r"^--recompute-modules: layernorm is not modelled; allowed: core_attn"):
         megatron.parse_args(f + ["--recompute-modules", "layernorm", "mla_up_proj"], {"gpu": "h800", "gpus": 256})
+
+
+@pytest.mark.parametrize("ep,expert_layers_gathered", [(8, 0), (4, 2)])
+def test_zero3_gathers_routed_experts_only_where_they_are_sharded(ep, expert_layers_gathered):
+    """ZeRO-3 on Mixtral 8x7B (8 GPUs, tp 1): the gather buffers hold two layers of what is sharded. With ep 8 the
+    expert-data-parallel group is 1, the experts stay resident whole and only attention and router are gathered;
+    with ep 4 (edp 2) each GPU's 2 local experts are gathered too. By hand: attention 2*4096^2 + 2*4096*1024,
+    router 4096*8; an expert 3*4096*14336 (SwiGLU); 16-bit; the buffer is the zero-3 minus zero-2 activations."""
+    def act_gib(zero):
+        return estimate({"model": "mixtral-8x7b", "training": {"global_batch": 256},
+                         "cluster": {"gpu": "h100-sxm", "gpus": 8},
+                         "plan": {"tp": 1, "pp": 1, "ep": ep, "zero": zero, "recompute": "full"}}
+                        )["memory_breakdown_gib"]["activations"]
+    attention_router = 2 * 4096 ** 2 + 2 * 4096 * 1024 + 4096 * 8
+    local_experts = (8 // ep) * 3 * 4096 * 14336
+    per_layer = attention_router + (local_experts if expert_layers_gathered else 0)
+    assert (act_gib(3) - act_gib(2)) * 2 ** 30 == pytest.approx(2 * per_layer * 2, rel=1e-9)

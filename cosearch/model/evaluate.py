@@ -456,15 +456,19 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         return w_ + we, g_ + ge, o_ + oe
     ce = c["cross_entropy"]
     logits_buf = tok * (V / tp) * (ops.where(ce > 0, LOGIT_BYTES_EAGER, LOGIT_BYTES) if ops.any(ce > 0) else LOGIT_BYTES)
-    # gathered ZeRO-3 parameters: PyTorch FSDP holds the current and the prefetched wrapped layer;
-    # DeepSpeed caps live gathered parameters (stage3_max_live_parameters), gathering sub-modules, so
-    # the floor is its largest one (the fc1 weight)
+    # gathered ZeRO-3 parameters: PyTorch FSDP holds the current and the prefetched wrapped layer (one, where the
+    # stage has one); DeepSpeed caps live gathered parameters (stage3_max_live_parameters), gathering
+    # sub-modules, so the floor is its largest one (the fc1 weight)
     live = c["zero3_live_params"]
     largest_sub = h * f * (1.0 + gated) / tp
-    if ext is not None and ext.largest_weight is not None:
-        largest_sub = ops.where(ext.rows, ext.largest_weight, largest_sub)
-    gathered = ops.where(ops.isnan(live), 2.0 * layer_params_loc,
-                         ops.minimum(2.0 * layer_params_loc, ops.maximum(live, largest_sub)))
+    gathered_layer = layer_params_loc
+    if ext is not None:
+        if ext.largest_weight is not None:
+            largest_sub = ops.where(ext.rows, ext.largest_weight, largest_sub)
+        if ext.gathered_layer is not None:
+            gathered_layer = ext.gathered_layer
+    held = ops.minimum(2.0, ops.maximum(n_stage, 1.0)) * gathered_layer
+    gathered = ops.where(ops.isnan(live), held, ops.minimum(held, ops.maximum(live, largest_sub)))
     z3_buffers = ops.where(z3, gathered * kern.BYTES_16BIT, 0.0)
     # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
     # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits. Each rank's

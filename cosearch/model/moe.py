@@ -237,6 +237,8 @@ class Terms(NamedTuple):
     edp: object            # expert-data-parallel group size, and its rank stride (ep*etp)
     edp_stride: object
     layer_params: object   # the heaviest layer's parameters on one GPU, its local routed experts included
+    gathered_layer: object  # the heaviest layer's parameters a ZeRO-3 gather brings to one GPU: its routed
+                            # experts only where they are sharded (edp > 1); None when no row runs ZeRO-3
     largest_weight: object  # the largest single weight matrix of a layer on one GPU (DeepSpeed's gather floor;
                             # None when no row caps its live ZeRO-3 parameters)
     gemm_f: object         # forward GEMM seconds of a layer on the pacing stage (= its W pass, schedules.py;
@@ -470,6 +472,10 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     # with its local routed experts; the largest single matrix: a fused QKV, output or fc1 weight
     no_dense = moe & (nd <= 0)  # a MoE model without leading dense layers
     layer_params = ops.maximum(ops.where(no_dense, 0.0, dense_loc), ops.where(moe, moe_loc + exp_loc, 0.0))
+    gathered_layer = None
+    if ops.any(c["zero"] >= 3):  # experts not sharded (edp = 1) stay resident in full: nothing to gather
+        gathered_layer = ops.maximum(ops.where(no_dense, 0.0, dense_loc),
+                                     ops.where(moe, moe_loc + ops.where(edp > 1, exp_loc, 0.0), 0.0))
     largest_weight = None
     if not ops.all(ops.isnan(c["zero3_live_params"])):  # DeepSpeed's cap on live gathered parameters is set
         fc1 = h * g1 * ops.maximum(ops.maximum(ops.where(no_dense, 0.0, fd_loc), ops.where(moe, fs_loc, 0.0)),
@@ -501,6 +507,7 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
         experts_first=(n_first - n_dense_first) * exp_loc, experts_last=(n_last - n_dense_last) * exp_loc,
         experts_mid=(n_stage - n_dense_mid) * exp_loc, experts_layer=exp_loc, edp=edp, edp_stride=ep * etp,
         layer_params=pick(layer_params, dense_params_layer), largest_weight=largest_weight, gemm_f=gemm_f,
+        gathered_layer=None if gathered_layer is None else pick(gathered_layer, dense_params_layer),
         wgrad_layer=wgrad_layer, widths=w,
         mla_parts=mla_parts,
     )
