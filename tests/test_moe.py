@@ -378,7 +378,7 @@ def test_readme_worked_example_runs_on_an_unpriced_cluster_and_matches_its_commi
     got = example.fastest(data, "h800", 2048, "grouped")
     committed = next(r for r in json.loads(example.OUT.read_text())["rows"]
                      if (r["gpu"], r["gpus"], r["kernel"]) == ("h800", 2048, "grouped"))
-    assert got["plan"] == committed["plan"] and got["plan"]["schedule"] == "dualpipe"
+    assert got["plan"] == committed["plan"] and got["plan"]["schedule"] in ("dualpipe", "zb-v")  # a V-shaped layout
     assert got["days"] == pytest.approx(committed["days"], rel=1e-9)
 
 

@@ -394,7 +394,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
                 gemm_f = gemm_forward_s(tok, h, f, gated, tp, dense_kv, gemm_Fps, hbm_Bps, t0, in_B)
             if ext is not None:
                 gemm_f = ops.where(ext.rows, ext.gemm_f, gemm_f)
-        bubble = sch.bubble_time_s(sched, pp, v, slot, work_f, sch.weight_grad_time_s(n_stage, gemm_f, logit_gemm))
+        w_s = sch.paced_wgrad_s(sched, pp, n_stage, n_first, n_last, gemm_f, logit_gemm, layer_f + layer_b,
+                                heads_f + heads_b)
+        bubble = sch.bubble_time_s(sched, pp, v, slot, work_f, w_s)
     else:
         bubble = bubble_slots(pp, v) * slot
 

@@ -129,6 +129,21 @@ def paced_stage_s(schedule, pp, n_stage, n_first, n_last, layer_s, heads_s, one_
     return ops.select([(schedule == DUALPIPE) & (pp > 1), schedule == ZB_V], [dual, zb_v], one_f_one_b_s)
 
 
+def paced_wgrad_s(schedule, pp, n_stage, n_first, n_last, gemm_layer_s, logit_gemm_s, layer_s, heads_s):
+    """W (:func:`weight_grad_time_s`) of the rank that paces the pipeline, so that W and the slot it fills come
+    from one rank: under DualPipe and ZB-V the rank :func:`paced_stage_s` picks by its compute per micro-batch
+    (``layer_s``, ``heads_s``: forward + backward of a layer and of the output heads), a middle rank (no output
+    layer) where it is the fuller one; the 1F1B family's W (the fullest stage and the output layer) otherwise."""
+    one = weight_grad_time_s(n_stage, gemm_layer_s, logit_gemm_s)
+    mid_s, mid_w = n_stage * layer_s, n_stage * gemm_layer_s
+    ends = n_first + n_last
+    dual = ops.where((pp > 2) & (mid_s > 0.5 * (ends * layer_s + heads_s)), mid_w,
+                     0.5 * (ends * gemm_layer_s + logit_gemm_s))
+    zb_v = ops.where(mid_s > (ends - n_stage) * layer_s + heads_s, mid_w,
+                     (ends - n_stage) * gemm_layer_s + logit_gemm_s)
+    return ops.select([(schedule == DUALPIPE) & (pp > 1), schedule == ZB_V], [dual, zb_v], one)
+
+
 def rank_params(schedule, pp, tied, params_first, params_last, params_mid, emb_local):
     """Parameters on the first, last and a middle pipeline rank under the schedule's layout.
 
