@@ -564,3 +564,13 @@ def test_zero3_gathers_routed_experts_only_where_they_are_sharded(ep, expert_lay
     local_experts = (8 // ep) * 3 * 4096 * 14336
     per_layer = attention_router + (local_experts if expert_layers_gathered else 0)
     assert (act_gib(3) - act_gib(2)) * 2 ** 30 == pytest.approx(2 * per_layer * 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("etp,shown", [(3, "(8*3)"), (None, "(8*4)")])
+def test_ep_etp_rule_names_the_expert_tp_in_use(etp, shown):
+    """The ep*etp rule prints the etp it checked (the plan's, or tp where none is given), not the letters 'etp'."""
+    plan = {"tp": 4, "pp": 1, "ep": 8, "sequence_parallel": True, **({"etp": etp} if etp else {})}
+    with pytest.raises(CosearchError) as err:
+        estimate({"model": "qwen3-235b-a22b", "training": {"global_batch": 1024},
+                  "cluster": {"gpu": "h100-sxm", "gpus": 16}, "plan": plan})
+    assert err.value.field == "plan.ep" and shown in str(err.value), str(err.value)

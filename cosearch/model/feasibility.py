@@ -155,7 +155,7 @@ MOE_RULES: tuple[Rule, ...] = (
         ops.isnan(c["expert_ffn_hidden"]), c["ffn_hidden"], c["expert_ffn_hidden"])),
          "etp must divide model.expert_ffn_hidden"),
     Rule("plan.ep", lambda c: _divides(c["ep"] * _etp(c), c["tp"] * c["cp"] * c["dp"]),
-         "ep*etp ({ep:g}*etp) must divide tp*cp*dp ({tp:.0f}*{cp:.0f}*{dp:g}) (Megatron-Core: with etp = tp, ep divides dp*cp)"),
+         "ep*etp ({ep:g}*{etp_used:g}) must divide tp*cp*dp ({tp:.0f}*{cp:.0f}*{dp:g}) (Megatron-Core: with etp = tp, ep divides dp*cp)"),
     Rule("plan.sequence_parallel", lambda c: (c["ep"] == 1) | (c["tp"] == 1) | (c["sequence_parallel"] > 0),
          "ep > 1 with tp > 1 needs sequence_parallel: true (Megatron-Core)"),
     Rule("plan.capacity_factor", lambda c: ops.isnan(c["capacity_factor"]) | (c["capacity_factor"] > 0),
@@ -233,6 +233,13 @@ def valid_mask(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     return ok
 
 
+def _message_values(values: dict[str, float]) -> dict[str, float]:
+    """A failed row's columns for its rule's message, with the values the rules derive (the expert TP in use)."""
+    if "etp" in values and "tp" in values:
+        values["etp_used"] = float(expert_tp(values["etp"], values["tp"]))
+    return values
+
+
 def check_scalar(cols: Mapping[str, np.ndarray]) -> None:
     """Raise :class:`CosearchError` for the first rule a single configuration violates.
 
@@ -243,11 +250,10 @@ def check_scalar(cols: Mapping[str, np.ndarray]) -> None:
         except (ArithmeticError, ValueError):  # Python floats divided by zero: decide on 0-d arrays
             return check_scalar({k: np.asarray(v, dtype=float) for k, v in cols.items()})
         if failed is not None:
-            values = {k: float(v) for k, v in cols.items()}
-            raise CosearchError(failed.field, failed.message.format(**values))
+            raise CosearchError(failed.field, failed.message.format(**_message_values({k: float(v) for k, v in cols.items()})))
         return
     with np.errstate(invalid="ignore", divide="ignore"):
         for rule in _rules(cols):
             if not bool(ops.all(rule.ok(cols))):
                 values = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in cols.items()}
-                raise CosearchError(rule.field, rule.message.format(**values))
+                raise CosearchError(rule.field, rule.message.format(**_message_values(values)))
