@@ -574,3 +574,16 @@ def test_ep_etp_rule_names_the_expert_tp_in_use(etp, shown):
         estimate({"model": "qwen3-235b-a22b", "training": {"global_batch": 1024},
                   "cluster": {"gpu": "h100-sxm", "gpus": 16}, "plan": plan})
     assert err.value.field == "plan.ep" and shown in str(err.value), str(err.value)
+
+
+def test_mla_up_projection_rerun_counts_in_hardware_flops():
+    """plan.recompute_mla_up_proj reruns MLA's q and kv up-projections in the backward: hardware FLOPs add them.
+    DeepSeek-V3 by hand: q_up 1536 x 128 heads x 192 (nope 128 + rope 64), kv_up 512 x 128 x (128 + 128), 2 FLOPs
+    a weight and token, 61 layers; 1,024 sequences of 4,096 tokens a step."""
+    sc = {"model": "deepseek-v3", "training": {"global_batch": 1024, "precision": "bf16"},
+          "cluster": {"gpu": "h800", "gpus": 256},
+          "plan": {"tp": 1, "pp": 16, "ep": 16, "recompute": "selective", "recompute_mla_up_proj": True}}
+    r = estimate(sc)
+    up_flops = 61 * 2 * (1536 * 128 * 192 + 512 * 128 * 256) * 1024 * 4096
+    extra_tflops = up_flops / (r["step_time_s"] * 256) / 1e12
+    assert r["hardware_tflops_per_gpu"] - r["model_tflops_per_gpu"] == pytest.approx(extra_tflops, rel=1e-9)
