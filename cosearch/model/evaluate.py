@@ -261,7 +261,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # --- issue 13 hook: MoE / MLA / explicit head_dim rows replace the per-layer values (.moe) ----
     ext = None
     if moe_on:
-        ext = moe.terms(c, tok=tok, s_loc=s_loc, mb=mb, tp=tp, sp=sp, pp=pp, v=v, rc=rc, fp8=fp8, in_B=in_B,
+        ext = moe.terms(c, tok=tok, s_loc=s_loc, mb=mb, m=m, tp=tp, sp=sp, pp=pp, v=v, rc=rc, fp8=fp8, in_B=in_B,
                         gemm_Fps=gemm_Fps, attn_Fps=attn_Fps, hbm_Bps=hbm_Bps, t0=t0, fabric=fabric,
                         stages=(n_stage, n_first, n_last), tp_ar_s=tp_ar_legacy,
                         dense_layer_f=layer_f, dense_layer_b=layer_b, dense_layer_r=layer_r, dense_attn_f=attn_f,

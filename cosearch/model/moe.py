@@ -264,10 +264,11 @@ def paired_a2a_exposed_s(a2a_f, a2a_b, compute_f, compute_b, overlap):
     return exposed_f, exposed_b
 
 
-def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric, stages, tp_ar_s,
+def terms(c, *, tok, s_loc, mb, m, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps, hbm_Bps, t0, fabric, stages, tp_ar_s,
           dense_layer_f, dense_layer_b, dense_layer_r, dense_attn_f, dense_attn_b, dense_kv_loc,
           dense_act, dense_act_none, dense_params_layer, emb_loc) -> Terms:
-    """Everything the evaluator needs from extended rows; dense rows keep the ``dense_*`` values.
+    """Everything the evaluator needs from extended rows; dense rows keep the ``dense_*`` values. ``m``: micro-batches
+    a step.
     ``stages``: :func:`.memory.stage_layers`; ``tp_ar_s``: the legacy tensor-parallel all-reduce of tok*h 16-bit
     values (:func:`.collectives.legacy_time_s`), both as the evaluator has them."""
     h, a, E, k, g = c["hidden"], c["heads"], c["experts"], c["top_k"], c["gated_mlp"]
@@ -387,6 +388,10 @@ def terms(c, *, tok, s_loc, mb, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_Fps
     a2a_b = (t_comb + ops.where(rc_full, t_disp, 0.0), t_comb + ops.where(rc_full, t_comb, 0.0))
     exposed_f, exposed_b = paired_a2a_exposed_s((t_disp, t_comb), a2a_b, (attn_F, moe_f - attn_F),
                                                 (attn_B, moe_b + moe_r - attn_B), c["moe_a2a_overlap"])
+    # a chunk pairs with another micro-batch's: a step's first forward and last backward have none to pair with
+    paired = ops.maximum(m - 1.0, 0.0) / ops.maximum(m, 1.0)
+    exposed_f = paired * exposed_f + (1.0 - paired) * (t_disp + t_comb)
+    exposed_b = paired * exposed_b + (1.0 - paired) * (a2a_b[0] + a2a_b[1])
     # a hidden transfer's kernels hold A2A_SM_SHARE of the SMs: the compute beside it runs on the rest
     stretch = A2A_SM_SHARE / (1.0 - A2A_SM_SHARE)
     ep_f1 = exposed_f + stretch * (t_disp + t_comb - exposed_f) + etp_pair
