@@ -83,6 +83,10 @@ def _derive_seed(seed: int | None, n_done: int) -> int | None:
     return int(np.random.SeedSequence([int(seed), int(n_done)]).generate_state(1)[0])
 
 
+#: Longest study name: optuna's RDB schema stores study_name as VARCHAR(512).
+MAX_STUDY_NAME = 512
+
+
 def _space_key(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k not in ("name", "description")}
 
@@ -132,6 +136,8 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
     _quiet_optuna()
     if not isinstance(name, str) or not name.strip():
         raise CosearchError("--study", "give the study a name")
+    if len(name) > MAX_STUDY_NAME:
+        raise CosearchError("--study", f"a name of at most {MAX_STUDY_NAME} characters (got {len(name):,})")
     existing = {s.study_name: s for s in storage.get_all_studies()}
     if name in existing:
         study = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())

@@ -221,3 +221,22 @@ def test_worker_after_a_single_process_run_uses_its_trial_target(tmp_path, capsy
     rc, _, err = run_cli(capsys, "run", str(space), "--study", "x", "--storage", journal, "--sampler", "exhaustive")
     assert rc in (0, 1), err
     assert get_target(optuna.load_study(study_name="x", storage=resolve_storage(journal))) is None
+
+
+def test_user_text_with_brackets_is_printed_literally(tmp_path, capsys):
+    """Study names, paths and catalog entries are user text, not rich markup: '[/]' crashed run (MarkupError) after
+    storing the study, and then every `studies`/`best` on that storage; '[red]x' printed as 'x'."""
+    journal = str(tmp_path / "s.journal")
+    for name in ("[/]", "[red]x"):
+        rc, out, err = run_cli(capsys, "run", DEEPPOOL, "--study", name, "--storage", journal)
+        assert rc == 0 and "Traceback" not in err, err[-2000:]
+        assert name in out, out[-2000:]
+        rc, out, err = run_cli(capsys, "best", "--study", name, "--storage", journal)
+        assert rc == 0 and name in out, (out + err)[-2000:]
+    rc, out, err = run_cli(capsys, "studies", "--storage", journal)
+    assert rc == 0 and "[/]" in out and "[red]x" in out, (out + err)[-2000:]
+
+
+def test_overlong_study_name_is_refused_at_once(tmp_path, capsys):
+    rc, _, err = run_cli(capsys, "run", DEEPPOOL, "--study", "x" * 20_000, "--storage", str(tmp_path / "s.journal"))
+    _one_line_error(rc, err, "--study", "at most 512 characters")

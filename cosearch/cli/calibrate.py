@@ -12,6 +12,7 @@ import json
 import sys
 
 from rich.table import Table
+from rich.text import Text
 
 from ._console import console
 from ..errors import CosearchError
@@ -99,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
             print(refusal, file=sys.stderr)
         return 1 if refuse else 0
     con = console()
-    con.print(f"[bold]{report['rows']} measured rows[/], {report['configurations']} distinct configurations ({fmt} format) "
-              f"from {args.measured}; base profile: {args.base}")
+    con.print(Text.assemble((f"{report['rows']} measured rows", "bold"), f", {report['configurations']} distinct "
+                            f"configurations ({fmt} format) from {args.measured}; base profile: {args.base}"))
     pt = Table(title="fitted parameters", title_justify="left")
     pt.add_column("parameter"); pt.add_column("base", justify="right"); pt.add_column("fitted", justify="right")
     for p in params:
@@ -108,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
     con.print(pt)
     for p in report.get("at_bound", []):
         lo, hi = _bounds()[p]
-        con.print(f"[yellow]{p} stopped at a physical bound (allowed {lo:.4g}-{hi:.4g}): the rows ask for a value the "
-                  "hardware cannot have, i.e. for something the model does not represent; see docs/calibration.md[/]")
+        con.print(f"{p} stopped at a physical bound (allowed {lo:.4g}-{hi:.4g}): the rows ask for a value the "
+                  "hardware cannot have, i.e. for something the model does not represent; see docs/calibration.md",
+                  style="yellow")
     et = Table(title=f"step-time error |pred/measured - 1| ({report['folds']}-fold cross-validation for held-out)", title_justify="left")
     for col in ("", "median", "p90", "worst"):
         et.add_column(col, justify="right" if col else "left")
@@ -126,6 +128,6 @@ def run(args: argparse.Namespace) -> int:
         print(refusal, file=sys.stderr)
         return 1
     if report["worse_than_base"]:
-        con.print(f"[yellow]warning: {report['worse_than_base_note']}; written anyway (--force)[/]")
+        con.print(f"warning: {report['worse_than_base_note']}; written anyway (--force)", style="yellow")
     con.print(f"wrote {args.out}")
     return 0

@@ -7,6 +7,7 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ._console import console
 from ..estimate import estimate
@@ -132,8 +133,8 @@ def render(r: dict, console: Console) -> None:
     pl, cl = sc["plan"], sc["cluster"]
     nofit = no_fit_line(r)
     if nofit:  # first, in red: time and cost below are those of a plan that cannot run
-        console.print(f"[bold red]{nofit}[/] (time and cost below are for a plan that cannot run)")
-    console.print(f"[bold]{cluster_text(r, cl)}[/]  {plan_text(r, pl)}")
+        console.print(Text.assemble((nofit, "bold red"), " (time and cost below are for a plan that cannot run)"))
+    console.print(Text.assemble((cluster_text(r, cl), "bold"), f"  {plan_text(r, pl)}"))
     head = Table(show_header=False, box=None)
     head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s" + band_text(r, "step_time_interval_s", ".3g", " s"))
     head.add_row("throughput", f"{_fmt(r['tokens_per_s'], ',.0f')} tokens/s")
@@ -141,8 +142,9 @@ def render(r: dict, console: Console) -> None:
     if r.get("active_params") is not None and r["active_params"] < r["params"]:  # MoE: active vs total (issue 13)
         head.add_row("parameters", f"{r['params'] / 1e9:,.1f}B total, {r['active_params'] / 1e9:,.1f}B active per token "
                      f"(MFU counts active; ep={pl.get('ep', 1)} etp={pl.get('etp') or pl['tp']})")
-    fit = "fits" if r["fits"] else "[red]DOES NOT FIT[/]"
-    head.add_row("memory per GPU", f"{_fmt(r['memory_gib'], '.1f')} GiB of {_fmt(r['usable_memory_gib'], '.1f')} usable: {fit}")
+    fit = "fits" if r["fits"] else ("DOES NOT FIT", "red")
+    head.add_row("memory per GPU", Text.assemble(f"{_fmt(r['memory_gib'], '.1f')} GiB of {_fmt(r['usable_memory_gib'], '.1f')} "
+                                                 "usable: ", fit))
     head.add_row("cost per step", f"${_fmt(r['cost_usd_per_step'], ',.2f')}")
     if r["time_to_train_days"] is not None:
         head.add_row("time to train", f"{_fmt(r['time_to_train_days'], ',.1f')} days"
@@ -150,8 +152,8 @@ def render(r: dict, console: Console) -> None:
         head.add_row("cost to train", f"${_fmt(r['cost_to_train_usd'], ',.0f')}"
                      + band_text(r, "cost_to_train_interval_usd", ",.0f", prefix="$"))
     if r.get("expansion_used_gib"):
-        ok = "fits" if r["expansion_fits"] else "[red]DOES NOT FIT[/]"
-        head.add_row("expansion tier per GPU", f"{_fmt(r['expansion_used_gib'], '.1f')} GiB offloaded: {ok}")
+        ok = "fits" if r["expansion_fits"] else ("DOES NOT FIT", "red")
+        head.add_row("expansion tier per GPU", Text.assemble(f"{_fmt(r['expansion_used_gib'], '.1f')} GiB offloaded: ", ok))
     if r.get("time_to_accuracy_days") is not None:
         head.add_row("time to accuracy", f"{_fmt(r['time_to_accuracy_days'], ',.1f')} days "
                      f"({_fmt(r['steps_to_target'], ',.0f')} steps, statistical efficiency {_fmt(r['statistical_efficiency'], '.2f')})")
@@ -170,7 +172,7 @@ def render(r: dict, console: Console) -> None:
     if r.get("gpus_by_type"):
         console.print(by_type_table(r))
     for w in r.get("warnings", []):
-        console.print(f"[yellow]warning: {w}[/]")
+        console.print(f"warning: {w}", style="yellow")
     t = Table(title="step time", title_justify="left")
     t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")
     total = r["step_time_s"] or 1.0

@@ -70,7 +70,7 @@ def render(x: dict, console: Console) -> None:
     r = x["estimate"]
     sc = r["scenario"]
     pl, cl = sc["plan"], sc["cluster"]
-    console.print(f"[bold]{cluster_text(r, cl)}[/]  {plan_text(r, pl)}")
+    console.print(Text.assemble((cluster_text(r, cl), "bold"), f"  {plan_text(r, pl)}"))
     console.print(
         f"step {r['step_time_s']:.4g} s{band_text(r, 'step_time_interval_s', '.3g', ' s')}   "
         f"{r['tokens_per_s']:,.0f} tokens/s   MFU {100 * r['mfu']:.1f} %   "
@@ -125,8 +125,8 @@ def render(x: dict, console: Console) -> None:
 
     s = x["suggestion"]
     if s is None:
-        console.print(f"[bold]best change:[/] none of {x['candidates_evaluated']} neighbouring plans and upgrades "
-                      f"is feasible and faster by {100 * 0.005:.1f} % or more")
+        console.print(Text.assemble(("best change:", "bold"), f" none of {x['candidates_evaluated']} neighbouring plans "
+                                    f"and upgrades is feasible and faster by {100 * 0.005:.1f} % or more"))
         return
     console.print(Text.assemble(
         ("best change: ", "bold"), (s["label"], "bold cyan"), f" ({s['kind']}) -> step {s['step_time_s']:.4g} s, ",
@@ -135,12 +135,12 @@ def render(x: dict, console: Console) -> None:
     ))
     bp = x["best_plan_change"]
     if s["kind"] != "plan" and bp is not None:
-        console.print(f"  best change on the same hardware: [cyan]{bp['label']}[/] -> step {bp['step_time_s']:.4g} s, "
-                      f"{100 * bp['gain']:.1f} % faster")
+        console.print(Text.assemble("  best change on the same hardware: ", (bp["label"], "cyan"),
+                                    f" -> step {bp['step_time_s']:.4g} s, {100 * bp['gain']:.1f} % faster"))
     if s["kind"] == "hardware" and x["estimate"]["scenario"].get("cloud") is None:
-        console.print("  [dim](hardware upgrades are priced at the catalog GPU price)[/]")
+        console.print("  (hardware upgrades are priced at the catalog GPU price)", style="dim")
     elif s["kind"] == "hardware":
-        console.print("  [dim](other instance types renting the same GPUs, at their catalog prices)[/]")
+        console.print("  (other instance types renting the same GPUs, at their catalog prices)", style="dim")
     at = Table(title=f"top changes ({x['candidates_feasible']} of {x['candidates_evaluated']} candidates feasible)",
                title_justify="left", title_style="bold")
     for col, just in (("change", "left"), ("kind", "left"), ("step", "right"), ("time", "right"), ("speedup", "right"),

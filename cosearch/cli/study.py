@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from ._console import console
 from ..errors import CosearchError
@@ -132,9 +133,10 @@ def run_command(args: argparse.Namespace) -> int:
     size = f"{space.size:,.0f} points" if space.size < 1e15 else f"{space.size:.3g} points" if math.isfinite(space.size) else \
         "continuous"
     console().print(f"space {args.space}: {size} in {len(space.dims)} dimensions; method {method}")
-    progress_console = Console(stderr=True)
+    progress_console = Console(stderr=True, markup=False, highlight=False)
     unit = "points" if method == "exhaustive" else "trials"
-    progress = Progress(TextColumn(f"[bold]{args.study}[/] {method}"), BarColumn(), MofNCompleteColumn(),
+    label = f"{args.study} {method}".replace("{", "{{").replace("}", "}}")  # a format string: braces literal
+    progress = Progress(TextColumn(label, style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                         TextColumn(unit), TextColumn("{task.fields[feas]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                         console=progress_console, transient=False, disable=not progress_console.is_terminal)
     task = None
@@ -159,10 +161,11 @@ def run_command(args: argparse.Namespace) -> int:
     out = console()
     s = res.summary
     if res.kind == "exhaustive":
-        out.print(f"[bold]{args.study}[/]: exhaustive over {s.get('points', 0):,} points in {s.get('elapsed_s', 0):.2f} s "
-                  f"({s.get('feasible', 0):,} feasible); stored {res.n_trials} configurations (the front over the "
-                  f"objectives and the budgeted metrics {', '.join(s.get('front_metrics') or [])}, so that `best` "
-                  "answers budgets exactly; the table below keeps those on the objectives' front)")
+        out.print(Text.assemble((args.study, "bold"), f": exhaustive over {s.get('points', 0):,} points in "
+                                f"{s.get('elapsed_s', 0):.2f} s ({s.get('feasible', 0):,} feasible); stored {res.n_trials} "
+                                "configurations (the front over the objectives and the budgeted metrics "
+                                f"{', '.join(s.get('front_metrics') or [])}, so that `best` answers budgets exactly; the "
+                                "table below keeps those on the objectives' front)"))
     else:
         w = getattr(args, "workers_run", None)
         if isinstance(w, dict) and res.n_new == 0:  # the workers did the run; this call only reads it
@@ -170,8 +173,8 @@ def run_command(args: argparse.Namespace) -> int:
             done = f"{w['new']} new by {w['workers']} workers, {rate:,.0f}/s"
         else:
             done = f"{res.n_new} new, {res.trials_per_s:,.0f}/s"
-        out.print(f"[bold]{args.study}[/]: {res.n_trials} trials ({done}), "
-                  f"{res.n_feasible} feasible; sampler {method}")
+        out.print(Text.assemble((args.study, "bold"), f": {res.n_trials} trials ({done}), "
+                                f"{res.n_feasible} feasible; sampler {method}"))
     front = pareto_front(res.study)
     if front.empty:  # none feasible, or none with a value of the objectives (a cost where no GPU has a price)
         out.print(why_nothing(res.study) if res.n_feasible else
@@ -287,9 +290,10 @@ def best_command(args: argparse.Namespace) -> int:
         return 0
     c = console()
     limits = ", ".join(f"{k} {v:g}" for k, v in res["limits"].items()) or "no limits"
-    c.print(f"[bold]best {res['objective']}[/] ({res['direction']}) in study {res['study']!r} under {limits}: "
-            f"[bold]{_fmt(res['value'])}[/] (" + (f"trial {res['trial']}" if res["trial"] is not None else "not a stored trial")
-            + (f"; {res['source']}" if res.get("source") else "") + ")")
+    c.print(Text.assemble((f"best {res['objective']}", "bold"), f" ({res['direction']}) in study {res['study']!r} "
+                          f"under {limits}: ", (_fmt(res["value"]), "bold"),
+                          " (" + (f"trial {res['trial']}" if res["trial"] is not None else "not a stored trial")
+                          + (f"; {res['source']}" if res.get("source") else "") + ")"))
     m = res["metrics"]
     t = Table(show_header=False, box=None)
     for key in ("step_time_s", "mfu", "tokens_per_s", "memory_gib", "gpus", "time_to_train_days", "cost_to_train_usd",
@@ -301,10 +305,10 @@ def best_command(args: argparse.Namespace) -> int:
             band = _band(m, key)
             t.add_row(key, _fmt(m[key]) + (f"  (80 % band {band})" if band else ""))
     c.print(t)
-    c.print("[bold]scenario[/]")
+    c.print("scenario", style="bold")
     import yaml
 
-    c.print(yaml.safe_dump(res["scenario"], sort_keys=False).rstrip(), markup=False, highlight=False)
+    c.print(yaml.safe_dump(res["scenario"], sort_keys=False).rstrip())
     return 0
 
 
