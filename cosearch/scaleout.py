@@ -32,7 +32,7 @@ def worker_seed(seed: int | None, index: int | None) -> int | None:
     so two stray workers never replay the same sequence of points."""
     if index is None:
         return seed
-    return (0 if seed is None else int(seed)) + 1000 * int(index)
+    return ((0 if seed is None else int(seed)) + 1000 * int(index)) % 2 ** 32  # samplers take 0 .. 2**32 - 1
 
 
 def spawn_workers(argvs: Sequence[Sequence[str]], *, env: dict[str, str] | None = None,

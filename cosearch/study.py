@@ -56,6 +56,12 @@ logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------ run
+def check_seed(seed: Any) -> None:
+    """A sampler seed: None (random) or an integer the samplers take, 0 to 2**32 - 1."""
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32):
+        raise CosearchError("--seed", f"must be an integer from 0 to 2**32 - 1 (got {seed!r})")
+
+
 def run_study(
     space: SearchSpace | str | Path | Mapping[str, Any],
     study_name: str,
@@ -87,6 +93,7 @@ def run_study(
     :func:`cosearch.samplers.run_exhaustive` with the same signature and result (e.g. the dask
     sweep of :mod:`cosearch.distributed`).
     """
+    check_seed(seed)
     space = _as_space(space)
     space.require_knobs("search")
     profile = check_profile(profile)

@@ -240,3 +240,36 @@ def test_user_text_with_brackets_is_printed_literally(tmp_path, capsys):
 def test_overlong_study_name_is_refused_at_once(tmp_path, capsys):
     rc, _, err = run_cli(capsys, "run", DEEPPOOL, "--study", "x" * 20_000, "--storage", str(tmp_path / "s.journal"))
     _one_line_error(rc, err, "--study", "at most 512 characters")
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["run", DEEPPOOL, "--sampler", "random", "--trials", "4", "--seed", "-1"], "--seed"),
+    (["run", DEEPPOOL, "--sampler", "random", "--trials", "4", "--seed", str(2 ** 32)], "--seed"),
+    (["run", DEEPPOOL, "--sampler", "random", "--trials", "4", "--workers", "100000"], "--workers"),
+    (["run", DEEPPOOL, "--sampler", "random", "--trials", "4", "--workers", "0"], "--workers"),
+    (["run", DEEPPOOL, "--sampler", "random", "--trials", "4", "--rows", "-1"], "--rows"),
+    (["worker", DEEPPOOL, "--trials", "4", "--seed", "-1"], "--seed"),
+])
+def test_out_of_range_run_flags_are_one_line(tmp_path, capsys, args, flag):
+    """--seed outside the samplers' 0..2**32-1 raised ValueError tracebacks; --workers 100000 started processes
+    until killed and 0 ran as 1; --rows -1 dropped a front row."""
+    rc, _, err = run_cli(capsys, *args, "--study", "s", "--storage", str(tmp_path / "s.journal"))
+    _one_line_error(rc, err, flag)
+
+
+def test_pareto_rows_and_explain_top_must_be_positive(studies, capsys):
+    rc, _, err = run_cli(capsys, "pareto", "--study", "dp", "--storage", studies["journal"], "--rows", "-1")
+    _one_line_error(rc, err, "--rows")
+    rc, _, err = run_cli(capsys, "explain", str(ROOT / "examples" / "gpt3-175b.yaml"), "--top", "-1")
+    _one_line_error(rc, err, "--top")
+
+
+def test_a_device_or_pipe_as_storage_is_refused_at_once(tmp_path, capsys):
+    """studies --storage /dev/zero read without end (1.1 GB in 6 s); a FIFO hung waiting for a writer."""
+    import os
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo)):
+        for cmd in (["studies"], ["best", "--study", "x"]):
+            rc, _, err = run_cli(capsys, *cmd, "--storage", path)
+            _one_line_error(rc, err, "--storage", "not a regular file")

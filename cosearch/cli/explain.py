@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._console import console
+from ..errors import CosearchError
 from ..explain import explain
 from .estimate import _fmt, band_text, cluster_text, deeppool_rows, load_profile, plan_text
 
@@ -27,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = explain(args.scenario, load_profile(args.profile), top=max(1, args.top))
+    if args.top < 1:
+        raise CosearchError("--top", f"must be 1 or more (got {args.top})")
+    result = explain(args.scenario, load_profile(args.profile), top=args.top)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

@@ -101,6 +101,11 @@ def _fmt(v: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------- run
+def check_rows(rows: int) -> None:
+    if rows < 1:
+        raise CosearchError("--rows", f"must be 1 or more (got {rows})")
+
+
 def run_command(args: argparse.Namespace) -> int:
     from ..samplers import check_method
     from ..search.space import load_space
@@ -108,6 +113,7 @@ def run_command(args: argparse.Namespace) -> int:
     from ..study import _as_storage, pareto_front, resume_method, run_study, why_nothing
 
     t_start = time.monotonic()  # --timeout counts from here: reading the space is part of the run
+    check_rows(args.rows)
     asked = check_method(args.sampler)
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise CosearchError("--timeout", f"must be a positive number of seconds (got {args.timeout})")
@@ -317,6 +323,7 @@ def pareto_command(args: argparse.Namespace) -> int:
     from ..study import load_study, pareto_front, study_info, why_nothing
     from .._files import write_output
 
+    check_rows(args.rows)
     study = load_study(args.study, args.storage)
     info = study_info(study)
     front = pareto_front(study)

@@ -131,8 +131,9 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
     Returns :class:`cosearch.study.StudyResult` of this worker's share."""
     from .._study_store import stored_method
     from ..scaleout import TrialBudget, get_target, study_lock, worker_seed
-    from ..study import _as_space, run_study
+    from ..study import _as_space, check_seed, run_study
 
+    check_seed(seed)
     space = _as_space(space)
     st = open_storage(storage)
     names = {s.study_name for s in st.get_all_studies()}
@@ -187,10 +188,15 @@ def _extend_run(run: argparse.ArgumentParser) -> None:
 def _run_scaled(args: argparse.Namespace, single: Callable[[argparse.Namespace], int]) -> int:
     from ..samplers import check_method
 
-    workers = int(getattr(args, "workers", 1) or 1)
+    workers = getattr(args, "workers", 1)
+    workers = 1 if workers is None else int(workers)
     address = getattr(args, "dask", None)
-    if workers < 1:
-        raise CosearchError("--workers", f"must be >= 1 (got {workers})")
+    most = MAX_WORKERS_PER_CORE * usable_cores()
+    if not 1 <= workers <= most:
+        raise CosearchError("--workers", f"must be 1 to {most} ({MAX_WORKERS_PER_CORE} per usable CPU core; got {workers})")
+    from ..study import check_seed
+
+    check_seed(getattr(args, "seed", None))  # before any worker starts
     method = check_method(getattr(args, "sampler", None) or "auto")
     if method == "auto" and (address or workers > 1):  # one process: run_command resolves it the same way
         from ..search.space import load_space
@@ -211,6 +217,10 @@ def _run_scaled(args: argparse.Namespace, single: Callable[[argparse.Namespace],
         print(f"warning: --workers {workers} exceeds the {cores} usable CPU core(s); workers will compete for "
               f"them (often slower than --workers {cores})", file=sys.stderr)
     return _run_local_workers(args, single, workers, method)
+
+
+#: Local worker processes per usable core at most: beyond a few, more only compete for the cores.
+MAX_WORKERS_PER_CORE = 4
 
 
 def usable_cores() -> int:

@@ -140,6 +140,8 @@ def _journal(path: Path, must_exist: bool = False) -> JournalStorage:
         raise CosearchError("--storage", f"{str(path)!r} is a directory; give a journal file path")
     if must_exist and not path.exists():
         raise CosearchError("--storage", f"journal file {str(path)!r} does not exist")
+    if path.exists() and not path.is_file():  # /dev/zero would be read without end, a FIFO wait for a writer
+        raise CosearchError("--storage", f"{str(path)!r} is not a regular file; give a journal file path")
     if not must_exist:
         _check_writable(path)  # read-only commands must not create it
     lock = JournalLock(str(path), grace_period=JOURNAL_LOCK_GRACE)
