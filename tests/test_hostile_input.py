@@ -280,3 +280,15 @@ def test_unwritable_journal_is_one_line(tmp_path):
                 resolve_storage(str(ro / "j.journal"))
         finally:
             ro.chmod(0o755)
+
+
+def test_a_key_given_twice_in_one_mapping_is_refused(tmp_path):
+    """YAML keeps the last of repeated keys silently: `plan: {tp: 8, tp: 4}` ran tp 4. Refused, with where."""
+    from cosearch._files import parse_yaml
+    from cosearch.errors import CosearchError
+
+    for text, line in (("plan: {tp: 8, tp: 4}", 1), ("model: gpt3-1.3b\nplan:\n  tp: 8\n  pp: 2\n  tp: 4\n", 5)):
+        with pytest.raises(CosearchError) as err:
+            parse_yaml(text, "s.yaml")
+        assert "'tp' given twice" in str(err.value) and f"line {line}" in str(err.value)
+    assert parse_yaml("a: [{x: 1}, {x: 2}]\nb: {x: {x: 1}}\nc: [1, 1]") == {"a": [{"x": 1}, {"x": 2}], "b": {"x": {"x": 1}}, "c": [1, 1]}
