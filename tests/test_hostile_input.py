@@ -263,7 +263,7 @@ def test_published_format_junk_cells(tmp_path):
 def test_unwritable_journal_is_one_line(tmp_path):
     fifo = tmp_path / "journal.fifo"
     os.mkfifo(fifo)
-    with pytest.raises(CosearchError, match="not writable"):
+    with pytest.raises(CosearchError, match="not a regular file"):
         resolve_storage(str(fifo))
     bad = Path("/sys/cosearch-test/j.journal")  # not writable even for root
     if os.path.isdir("/sys/kernel"):
