@@ -160,3 +160,21 @@ def write_output(flag: str, path: str | Path, write: Callable[[str | Path], T]) 
         return write(path)
     except OSError as err:
         raise CosearchError(flag, f"cannot write {str(path)!r} ({err.strerror or err})") from None
+
+
+def refuse_overwrite(flag: str, out: str | Path | None, inputs: dict[str, str | Path | None]) -> None:
+    """Refuse an output path (``flag``) that names one of the command's inputs (label -> path; None skipped):
+    ``report --out`` on the study's journal wrote HTML over it, ``calibrate --out`` over the measured CSV."""
+    if out is None:
+        return
+    target = Path(out).expanduser()
+    for label, path in inputs.items():
+        if path is None:
+            continue
+        src = Path(path).expanduser()
+        try:
+            same = target.exists() and src.exists() and os.path.samefile(target, src)
+        except OSError:
+            same = False
+        if same or target.resolve() == src.resolve():
+            raise CosearchError(flag, f"{str(out)!r} is the {label}; writing it would destroy it: give another path")

@@ -273,3 +273,23 @@ def test_a_device_or_pipe_as_storage_is_refused_at_once(tmp_path, capsys):
         for cmd in (["studies"], ["best", "--study", "x"]):
             rc, _, err = run_cli(capsys, *cmd, "--storage", path)
             _one_line_error(rc, err, "--storage", "not a regular file")
+
+
+def test_an_output_path_that_is_an_input_is_refused(studies, tmp_path, capsys):
+    """report --out on the study's journal wrote HTML over it (every later command: 'corrupt at line 1');
+    calibrate --out on the measured CSV overwrote it (with --force); the inputs stay as they were."""
+    import shutil
+    journal = tmp_path / "copy.journal"
+    shutil.copy(studies["journal"], journal)
+    before = journal.read_bytes()
+    for args, flag in ((["report", "--study", "dp", "--storage", str(journal), "--out", str(journal)], "--out"),
+                       (["pareto", "--study", "dp", "--storage", str(journal), "--csv", str(journal)], "--csv")):
+        rc, _, err = run_cli(capsys, *args)
+        _one_line_error(rc, err, flag, "storage")
+    assert journal.read_bytes() == before
+    csv = tmp_path / "runs.csv"
+    shutil.copy(ROOT / "experiments" / "data" / "validation" / "published_runs_public.csv", csv)
+    before = csv.read_bytes()
+    rc, _, err = run_cli(capsys, "calibrate", str(csv), "--params", "matmul_scale", "--out", str(csv), "--force")
+    _one_line_error(rc, err, "--out", "measured CSV")
+    assert csv.read_bytes() == before

@@ -70,6 +70,7 @@ def _base(text: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._files import refuse_overwrite
     from ..calibration import calibrate, calibrated_range, write_profile_file
     from ..measured import load_measured
 
@@ -79,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if args.seed < 0:  # numpy's generators take no negative seed
         raise CosearchError("--seed", f"must be 0 or more (got {args.seed})")
     base = _base(args.base)
+    refuse_overwrite("--out", args.out, {"measured CSV": args.measured,
+                                          "--base profile": args.base if args.base not in ("default", "kernel") else None})
     cands, fmt = load_measured(args.measured)
     fit, report = calibrate(cands, params, base, folds=args.folds, seed=args.seed, by_source=(fmt == "published"),
                             source=str(args.measured))

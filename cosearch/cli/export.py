@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CosearchError
-from .._files import write_output
+from .._files import refuse_overwrite, write_output
 from ..frameworks import FORMATS, export
 
 
@@ -59,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
         source = args.scenario
     else:
         raise CosearchError("scenario", "give a scenario file or --study NAME")
+    from ..storages import storage_file
+
+    refuse_overwrite("--out", args.out, {"scenario file": args.scenario if args.scenario else None,
+                                          "study's storage": storage_file(args.storage) if args.study else None})
     text = export(source, args.format)
     if args.out:
         write_output("--out", args.out, lambda p: Path(p).write_text(text))

@@ -42,8 +42,11 @@ def open_study(name: str, storage_url: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._files import refuse_overwrite
+    from ..storages import storage_file
     from ..visualization import write_report
 
+    refuse_overwrite("--out", args.out, {"study's storage": storage_file(args.storage)})
     study = open_study(args.study, args.storage)
     rep = write_report(study, args.out, png_dir=args.png)
     logging.getLogger(__name__).info("plots: %s", ", ".join(rep.plots))

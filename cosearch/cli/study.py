@@ -324,6 +324,13 @@ def pareto_command(args: argparse.Namespace) -> int:
     from .._files import write_output
 
     check_rows(args.rows)
+    from .._files import refuse_overwrite
+    from ..storages import storage_file
+
+    for flag in ("--csv", "--parquet", "--plot"):
+        refuse_overwrite(flag, getattr(args, flag[2:]), {"study's storage": storage_file(args.storage)})
+    if args.csv and args.parquet:
+        refuse_overwrite("--parquet", args.parquet, {"--csv output": args.csv})
     study = load_study(args.study, args.storage)
     info = study_info(study)
     front = pareto_front(study)

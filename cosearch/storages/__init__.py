@@ -16,6 +16,7 @@ from ._storage import (
     owner_is_alive,
     owner_record,
     resolve_storage,
+    storage_file,
     tag_trial_owner,
     trial_owner,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "fail_stale_trials",
     "mask_url",
     "normalize_url",
+    "storage_file",
     "owner_is_alive",
     "owner_record",
     "resolve_storage",

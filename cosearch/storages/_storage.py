@@ -149,6 +149,20 @@ def _journal(path: Path, must_exist: bool = False) -> JournalStorage:
     return JournalStorage(JournalBackend(str(path), lock_obj=lock))
 
 
+def storage_file(url: str | None, base: Path | None = None) -> Path | None:
+    """The file a ``--storage`` value keeps its studies in (a journal, a SQLite database); None for a server."""
+    base = Path.cwd() if base is None else base
+    if url is None:
+        return base / DEFAULT_JOURNAL
+    url = url.strip()
+    if url.startswith("sqlite:"):
+        return _sqlite_file(url, base)
+    if url.startswith(_RDB_PREFIXES) or _SCHEME.match(url):
+        return None
+    path = Path(url).expanduser()
+    return path if path.is_absolute() else base / path
+
+
 def _sqlite_file(url: str, base: Path) -> Path | None:
     """The database file of a ``sqlite:///FILE`` URL (None for in-memory)."""
     rest = url.split(":", 1)[1]
