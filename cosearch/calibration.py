@@ -231,7 +231,10 @@ def _check_profile_numbers(fields: Mapping[str, Any], path: str) -> None:
 
 
 def read_profile_file(path: str | Path) -> tuple[Profile, Optional[CalibratedRange]]:
-    """A profile YAML (``profile:`` section, or the bare fields) and its ``calibrated_range`` if any."""
+    """A profile YAML (``profile:`` section, or the bare fields) and its ``calibrated_range`` if any. Fields it does
+    not give keep the shipped profile's values (``DEFAULT_PROFILE``), as when no ``--profile`` is given: a file
+    giving only ``matmul_scale`` changes only that (it used to reset the rest to the unfitted kernel constants, 7 %
+    off); a file giving none is refused."""
     from .scenario import read_yaml
 
     data = read_yaml(path) or {}
@@ -243,8 +246,16 @@ def read_profile_file(path: str | Path) -> tuple[Profile, Optional[CalibratedRan
     if not isinstance(fields, Mapping):
         raise CosearchError(f"{path}:profile", "must be a mapping of profile constants")
     _check_profile_numbers(fields, str(path))
+    allowed = ", ".join(Profile.model_fields)
+    if not fields:
+        raise CosearchError(str(path), f"no profile constants given; allowed: {allowed}")
+    unknown = [k for k in fields if k not in Profile.model_fields]
+    if unknown:
+        raise CosearchError(f"{path}:{unknown[0]}", f"not a profile constant; allowed: {allowed}")
+    from .model.profile import DEFAULT_PROFILE
+
     try:
-        prof = Profile.model_validate(fields)
+        prof = Profile.model_validate({**DEFAULT_PROFILE.model_dump(), **fields})
     except Exception as err:  # pydantic ValidationError
         first = err.errors()[0] if hasattr(err, "errors") else {"loc": (), "msg": str(err)}
         raise CosearchError(f"{path}:{'.'.join(map(str, first['loc']))}", first["msg"]) from None

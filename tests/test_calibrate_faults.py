@@ -158,3 +158,23 @@ def test_step_time_bounds_are_inclusive(tmp_path):
     frame = _rows().head(2).copy()
     frame["measured_step_time_s"] = [1e-6, 1e7]
     assert load_measured(_csv(tmp_path, frame))[0].rows["measured_step_s"].tolist() == [1e-6, 1e7]
+
+
+def test_a_partial_profile_keeps_the_shipped_values_and_an_empty_one_is_refused(tmp_path):
+    """A profile file giving one constant changes that one; the others stay the shipped profile's (they were reset to
+    the unfitted kernel constants: an empty file moved a GPT-3 step 7 %). An empty file or a misspelt key is refused
+    with the allowed names."""
+    from cosearch.calibration import read_profile_file
+    from cosearch.errors import CosearchError
+    from cosearch.model.profile import DEFAULT_PROFILE
+
+    f = tmp_path / "p.yaml"
+    f.write_text("matmul_scale: 0.9\n")
+    prof = read_profile_file(f)[0]
+    assert prof.matmul_scale == 0.9
+    assert prof.model_dump() == {**DEFAULT_PROFILE.model_dump(), "matmul_scale": 0.9}
+    for text, field in (("# nothing\n", str(f)), ("profile: {}\n", str(f)), ("matmul_sclae: 0.9\n", f"{f}:matmul_sclae")):
+        f.write_text(text)
+        with pytest.raises(CosearchError) as err:
+            read_profile_file(f)
+        assert err.value.field == field and "allowed: " in str(err.value) and "matmul_scale" in str(err.value)
