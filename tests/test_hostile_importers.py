@@ -104,8 +104,9 @@ def test_torchtitan_toml_fifo_or_device_is_refused_without_blocking(tmp_path):
 
 
 def _planin(**given) -> argparse.Namespace:
-    args = {"scenario": None, "megatron_args": None, "torchtitan_toml": None, "model": "llama3-8b",
-            "cluster": CLUSTER, "gpu": None, "gpus": None, **given}
+    args = {"scenario": None, "megatron_args": None, "torchtitan_toml": None,
+            "model": "llama3-8b" if given.get("torchtitan_toml") else None, "cluster": CLUSTER, "gpu": None, "gpus": None,
+            **given}
     return argparse.Namespace(**args)
 
 
@@ -187,3 +188,17 @@ def test_megatron_torchrun_prefix_with_zero_processes():
 ], ids=str)
 def test_megatron_cluster_gpus_must_be_a_positive_integer(cluster, field):
     _refuses(lambda: planin.scenario_from_args(_planin(megatron_args=MEGATRON, cluster=cluster)), field)
+
+
+@pytest.mark.parametrize("given, field", [
+    ({"scenario": "examples/gpt3-175b.yaml", "model": None, "cluster": None, "gpus": 64}, "--gpus"),
+    ({"scenario": "examples/gpt3-175b.yaml", "model": None, "cluster": None, "gpu": "h100-sxm"}, "--gpu"),
+    ({"scenario": "examples/gpt3-175b.yaml", "model": None}, "--cluster"),
+    ({"scenario": "examples/gpt3-175b.yaml", "cluster": None, "model": "llama3-8b"}, "--model"),
+    ({"megatron_args": MEGATRON, "model": None, "gpus": 8}, "--gpus"),  # --cluster says 64
+    ({"megatron_args": MEGATRON, "model": "llama3-8b"}, "--model"),
+])
+def test_launch_options_that_would_be_ignored_or_contradict_are_refused(given, field):
+    """estimate SCENARIO --gpus 64 (or --gpu, --cluster, --model) ignored the option; --megatron-args with --gpus 8
+    and --cluster '{gpus: 64}' silently took 8."""
+    _refuses(lambda: planin.scenario_from_args(_planin(**given)), field)

@@ -66,10 +66,12 @@ def _cluster(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise CosearchError("--cluster", "expects a mapping of cluster fields, e.g. '{gpu: h100-sxm, gpus: 64}'")
         cl.update(data)
-    if args.gpu:
-        cl["gpu"] = args.gpu
-    if args.gpus is not None:
-        cl["gpus"] = args.gpus
+    for flag, key in (("--gpu", "gpu"), ("--gpus", "gpus")):
+        value = getattr(args, key)
+        if value is not None:
+            if key in cl and cl[key] != value:
+                raise CosearchError(flag, f"{value} contradicts --cluster's {key}: {cl[key]}; give it once")
+            cl[key] = value
     return cl
 
 
@@ -80,6 +82,13 @@ def scenario_from_args(args: argparse.Namespace) -> Any:
         raise CosearchError("scenario", "give exactly one of SCENARIO, --megatron-args, --torchtitan-toml")
     if getattr(args, "torch_version", None) and not args.torchtitan_toml:
         raise CosearchError("--torch-version", "only with --torchtitan-toml (a scenario states training.attention)")
+    if args.scenario:  # a scenario file states its model and cluster: these would be ignored
+        for flag, value in (("--gpu", args.gpu), ("--gpus", args.gpus), ("--cluster", args.cluster), ("--model", args.model)):
+            if value is not None:
+                raise CosearchError(flag, "only with --megatron-args or --torchtitan-toml (a scenario file states its "
+                                    "model and cluster: edit it instead)")
+    if args.model is not None and args.megatron_args:
+        raise CosearchError("--model", "only with --torchtitan-toml (a Megatron-LM command line states the model)")
     if args.megatron_args:
         from .megatron import parse_args
 
