@@ -144,3 +144,17 @@ def test_a_cost_no_gpu_of_the_space_has_a_price_for_is_refused():
     parse_space({**space, "cluster": {"gpu": ["b300", "h100-sxm"], "gpus": 8}, "objectives": ["cost_to_train_usd"]})
     parse_space({**space, "cluster": {"gpu": "b300", "gpus": 8, "price_usd_per_gpu_hour": [None, 6.0]},
                  "objectives": ["cost_to_train_usd"]})
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"objectives": []}, "objectives"),
+    ({"cluster": {"gpu": "h100-sxm", "gpus": [8, 16], "nodes": [1, 2]}}, "cluster.nodes"),
+])
+def test_an_empty_objective_list_or_both_gpu_counts_are_refused(change, field):
+    """objectives: [] fell back to step_time_s silently; cluster.gpus with cluster.nodes let nodes win while gpus
+    still counted as a dimension."""
+    data = {"model": "gpt3-1.3b", "training": {"global_batch": 512}, "cluster": {"gpu": "h100-sxm", "gpus": 8},
+            "plan": {"tp": [1, 2]}, **change}
+    with pytest.raises(CosearchError) as err:
+        parse_space(data)
+    assert err.value.field == field and "\n" not in str(err.value)

@@ -131,7 +131,12 @@ def space_fields(data: Any, source: str = "") -> dict[str, Any]:
     unknown = sorted(set(data) - set(SECTIONS) - {"objectives", "constraints", "name", "description"})
     if unknown:
         raise CosearchError(unknown[0], "unknown key; allowed: model, training, cluster, plan, cloud, objectives, constraints, name, description")
-    objectives = data.get("objectives") or ["step_time_s"]
+    objectives = data.get("objectives")
+    if objectives is None:
+        objectives = ["step_time_s"]
+    if objectives == []:
+        raise CosearchError("objectives", f"empty list: name one or more of {', '.join(OBJECTIVE_METRICS)} "
+                            "(or leave the key out for step_time_s)")
     if isinstance(objectives, str):
         objectives = [objectives]
     if not isinstance(objectives, list):
@@ -152,6 +157,10 @@ def space_fields(data: Any, source: str = "") -> dict[str, Any]:
             check_number(f"constraints.{k}", "a budget", v)
         if not is_number(v) or v <= 0:
             raise CosearchError(f"constraints.{k}", f"must be a positive number (got {v!r})")
+    cluster = data.get("cluster")
+    if isinstance(cluster, Mapping) and "nodes" in cluster and "gpus" in cluster:
+        raise CosearchError("cluster.nodes", "give cluster.nodes or cluster.gpus, not both (nodes sets gpus = nodes x "
+                            "gpus_per_node)")
     raw = {k: copy.deepcopy(v) for k, v in data.items()}
     if isinstance(data.get("cloud"), Mapping):
         data = {**data, "cloud": _expand_cloud(data["cloud"])}
