@@ -264,3 +264,13 @@ def test_data_dir_replaces_the_shipped_catalog(tmp_path, monkeypatch):
     assert cat.keys() == ["site/box"] and cat.defaults.restart_s == 60
     monkeypatch.delenv("COSEARCH_DATA_DIR")
     assert "aws/p5.48xlarge" in load_catalog().keys()
+
+
+@pytest.mark.parametrize("value", [".inf", "1e300", "-1"])
+def test_catalog_prices_must_be_finite_and_in_range(tmp_path, capsys, value):
+    """A catalog override with spot_usd_per_hour .inf or 1e300 was accepted (the table printed inf, the JSON null)
+    and failed only in estimate, named cluster.price_usd_per_gpu_hour. Now the catalog key is named at once."""
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(f"providers: {{aws: {{instances: {{p5.48xlarge: {{spot_usd_per_hour: {value}}}}}}}}}\n")
+    rc, _, err = _main(capsys, "catalog", "--catalog", str(cat))
+    assert rc == 2 and err.count("\n") == 1 and "spot_usd_per_hour" in err, err

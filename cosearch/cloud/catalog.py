@@ -26,13 +26,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import hardware
 from ..data import data_text
-from .._numbers import kind_of
+from .._numbers import Float, kind_of
 from ..errors import CosearchError
 
 if TYPE_CHECKING:
     import pandas as pd
 
 FILE = "instances.yaml"
+
+
+#: Dearest instance-hour a catalog entry may state: finite prices only (.inf or 1e300 printed as inf and failed later,
+#: in estimate, under another name); a million dollars an hour is far above any instance.
+MAX_USD_PER_HOUR = 1e6
 
 
 class Defaults(BaseModel):
@@ -54,13 +59,13 @@ class InstanceType(BaseModel):
     gpus: int = Field(gt=0)
     nvlink: bool = True
     nvlink_domain: Optional[int] = Field(None, gt=0)
-    network_gbps: float = Field(gt=0, description="scale-out network per instance, Gbit/s")
+    network_gbps: Float = Field(gt=0, le=1e9, description="scale-out network per instance, Gbit/s")
     regions: list[str] = Field(min_length=1)
-    on_demand_usd_per_hour: float = Field(ge=0)
-    spot_usd_per_hour: Optional[float] = Field(None, ge=0)
-    revocation_per_hour: Optional[float] = Field(None, ge=0)
-    failure_per_hour: Optional[float] = Field(None, ge=0, description="default: defaults.failure_per_gpu_hour * gpus")
-    storage_gbps: Optional[float] = Field(None, gt=0)
+    on_demand_usd_per_hour: Float = Field(ge=0, le=MAX_USD_PER_HOUR)
+    spot_usd_per_hour: Optional[Float] = Field(None, ge=0, le=MAX_USD_PER_HOUR)
+    revocation_per_hour: Optional[Float] = Field(None, ge=0, le=1e6)
+    failure_per_hour: Optional[Float] = Field(None, ge=0, le=1e6, description="default: defaults.failure_per_gpu_hour * gpus")
+    storage_gbps: Optional[Float] = Field(None, gt=0, le=1e9)
     price_date: str = ""
     sources: dict[str, str] = {}
 
