@@ -15,7 +15,7 @@ import yaml
 
 from .errors import CosearchError
 from .model.columns import EFFICIENCY_COLUMNS  # noqa: F401 - the columns catalog() fills, re-exported
-from .data import data_text
+from .data import data_yaml
 
 #: The model's GEMM time is ``t0 + max(2mnk / (eta * peak), bytes / bw)``; eta is a FIT with a
 #: per-kernel overhead t0, not a raw achieved fraction. For the reference GPU (H100 SXM) the fit of
@@ -66,8 +66,7 @@ def catalog() -> dict[str, dict[str, Any]]:
     attention kernels written for an older architecture reach; NaN: no cap), ``attention_speedup``
     (the GPU's own attention kernel relative to the profile's ratio to its GEMM rate; 1 unless
     measured), ``efficiency_measured`` (bool), ``efficiency_source`` and ``efficiency_assumption`` (None when measured). A null price becomes NaN (cost outputs empty)."""
-    text = data_text("gpus.yaml")
-    gpus = yaml.safe_load(text)["gpus"]
+    gpus = data_yaml("gpus.yaml", "gpus")
     ref = _reference_fraction(gpus)
     for gid, entry in gpus.items():
         entry.setdefault("gpus_per_node", 8)

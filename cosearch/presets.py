@@ -4,10 +4,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import yaml
 
 from .errors import CosearchError
-from .data import data_text
+from .data import data_yaml
 
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "gated_mlp", "vocab", "seq_len", "tied_embeddings")
 #: Optional architecture fields, scenario names: mixture of experts / MLA (issue 13; ``cosearch.model.moe``),
@@ -21,8 +20,7 @@ MOE_ARCH_FIELDS = ("experts", "top_k", "expert_ffn_hidden", "shared_experts", "s
 
 @lru_cache(maxsize=1)
 def presets() -> dict[str, dict[str, Any]]:
-    text = data_text("models.yaml")
-    return yaml.safe_load(text)["models"]
+    return data_yaml("models.yaml", "models")
 
 
 def preset(name: str) -> dict[str, Any]:

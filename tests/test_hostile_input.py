@@ -292,3 +292,17 @@ def test_a_key_given_twice_in_one_mapping_is_refused(tmp_path):
             parse_yaml(text, "s.yaml")
         assert "'tp' given twice" in str(err.value) and f"line {line}" in str(err.value)
     assert parse_yaml("a: [{x: 1}, {x: 2}]\nb: {x: {x: 1}}\nc: [1, 1]") == {"a": [{"x": 1}, {"x": 2}], "b": {"x": {"x": 1}}, "c": [1, 1]}
+
+
+def test_data_dir_files_are_user_files(tmp_path):
+    """COSEARCH_DATA_DIR's files replace the shipped catalog and presets: an alias bomb or a wrong shape gave a
+    KeyError traceback; now one line naming the variable and the file."""
+    import subprocess
+    import sys
+
+    for text, words in (("a: &a [1, 2]\nb: *a\n", "aliases"), ("gpus: 3\n", "'gpus' section")):
+        (tmp_path / "gpus.yaml").write_text(text)
+        res = subprocess.run([sys.executable, "-m", "cosearch", "estimate", str(ROOT / "examples" / "gpt3-175b.yaml")],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "COSEARCH_DATA_DIR": str(tmp_path)})
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr[-2000:]
+        assert "COSEARCH_DATA_DIR" in res.stderr and words in res.stderr, res.stderr

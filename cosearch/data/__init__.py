@@ -1,14 +1,55 @@
 """Data files shipped with cosearch (GPU catalog, model presets). ``COSEARCH_DATA_DIR`` points at a
-folder whose files replace the shipped ones of the same name (a site's own catalog)."""
+folder whose files replace the shipped ones of the same name (a site's own catalog); those are user files, read
+through the safe reader (size, binary, alias and depth caps) with one-line errors naming the variable."""
 from __future__ import annotations
 
+import logging
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Any
+
+#: The environment variable naming a folder of replacement data files.
+DATA_DIR_VAR = "COSEARCH_DATA_DIR"
+_WARNED: set[str] = set()
+
+
+def _override(name: str) -> Path | None:
+    folder = os.environ.get(DATA_DIR_VAR)
+    if not folder:
+        return None
+    if not Path(folder).is_dir():  # read at import (the shipped profile): a warning, not an error
+        if folder not in _WARNED:
+            _WARNED.add(folder)
+            logging.getLogger(__name__).warning("%s=%r is not a directory: using the shipped data files", DATA_DIR_VAR, folder)
+        return None
+    path = Path(folder) / name
+    return path if path.exists() else None
 
 
 def data_text(name: str) -> str:
-    override = os.environ.get("COSEARCH_DATA_DIR")
-    if override and (Path(override) / name).is_file():
-        return (Path(override) / name).read_text()
+    """The text of data file ``name``: the ``COSEARCH_DATA_DIR`` copy where there is one (read safely), else the
+    shipped one."""
+    path = _override(name)
+    if path is not None:
+        from .._files import YAML_MAX_BYTES, read_text
+
+        return read_text(path, YAML_MAX_BYTES)
     return resources.files(__name__).joinpath(name).read_text()
+
+
+def data_yaml(name: str, key: str) -> Any:
+    """The ``key`` section of YAML data file ``name`` (a mapping), parsed with the user-file caps where it comes
+    from ``COSEARCH_DATA_DIR``; a one-line error naming the file when the section is missing or not a mapping."""
+    from .._files import parse_yaml
+
+    path = _override(name)
+    where = str(path) if path is not None else name
+    doc = parse_yaml(data_text(name), f"{DATA_DIR_VAR}: {where}") if path is not None else __import__("yaml").safe_load(
+        data_text(name))
+    section = doc.get(key) if isinstance(doc, dict) else None
+    if not isinstance(section, dict):
+        from ..errors import CosearchError
+
+        raise CosearchError(f"{DATA_DIR_VAR}: {where}", f"expected a mapping with a {key!r} section of entries")
+    return section
