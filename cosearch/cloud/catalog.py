@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import hardware
 from ..data import data_text
+from .._files import parse_yaml
 from .._numbers import Float, kind_of
 from ..errors import CosearchError
 
@@ -254,7 +254,7 @@ class Catalog:
 
 @lru_cache(maxsize=8)
 def _load(extra: tuple[str, ...], _key: tuple) -> Catalog:
-    data = yaml.safe_load(data_text(FILE)) or {}
+    data = parse_yaml(data_text(FILE), FILE) or {}  # a COSEARCH_DATA_DIR copy is a user file: the safe parser
     origin = FILE
     for path in extra:
         data = _merge(data, _read(path))
