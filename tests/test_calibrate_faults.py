@@ -10,12 +10,13 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli
+
 from cosearch import measured
 from cosearch.calibration import calibrate, configuration_ids, error_stats, fit_profile, kfold_groups, log_errors, _subset
 from cosearch.errors import CosearchError
 from cosearch.measured import load_measured
 from cosearch.model.profile import DEFAULT_PROFILE
-from test_calibrate import _synthetic_rows
+from test_calibrate import PUBLISHED, _synthetic_rows
 
 PARAMS = ("matmul_scale", "network_efficiency")
 
@@ -178,3 +179,13 @@ def test_a_partial_profile_keeps_the_shipped_values_and_an_empty_one_is_refused(
         with pytest.raises(CosearchError) as err:
             read_profile_file(f)
         assert err.value.field == field and "allowed: " in str(err.value) and "matmul_scale" in str(err.value)
+
+
+@pytest.mark.parametrize("args,flag,words", [
+    (["--params", "matmul_scale,matmul_scale"], "--params", "each parameter once"),
+    (["--base", "fancy"], "--base", "neither default, kernel nor a profile file"),
+])
+def test_repeated_params_and_an_unknown_base_name_the_flag(tmp_path, capsys, args, flag, words):
+    """--params matmul_scale,matmul_scale fitted one constant twice (exit 0); --base fancy said 'fancy: cannot read file'."""
+    rc, _, err = run_cli(capsys, "calibrate", str(PUBLISHED), "--out", str(tmp_path / "p.yaml"), *args)
+    assert rc == 2 and err.startswith(f"error: {flag}") and words in err and err.count("\n") == 1, err

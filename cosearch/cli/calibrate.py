@@ -10,6 +10,7 @@ import argparse
 import datetime
 import json
 import sys
+from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
@@ -50,6 +51,8 @@ def _params(text: str) -> tuple[str, ...]:
     for p in params:
         if p not in FITTABLE:
             raise CosearchError("--params", f"cannot fit {p!r}; allowed: {', '.join(FITTABLE)}")
+    if len(set(params)) != len(params):
+        raise CosearchError("--params", f"each parameter once (got {text!r})")
     return params
 
 
@@ -66,6 +69,8 @@ def _base(text: str):
         return KERNEL_PROFILE
     from ..calibration import read_profile_file
 
+    if not Path(text).is_file():
+        raise CosearchError("--base", f"{text!r} is neither default, kernel nor a profile file")
     return read_profile_file(text)[0]
 
 
