@@ -428,3 +428,94 @@ def test_torchtitan_attention_follows_the_jobs_pytorch(tmp_path, capsys):
     assert main(args + ["--torch-version", "2.6"]) == 0
     assert json.loads(capsys.readouterr().out)["scenario"]["training"]["attention"] == "flash2"
     assert main(["estimate", "examples/gpt3-175b.yaml", "--torch-version", "2.6"]) == 2
+
+
+def _moe_plan(model, gpu, gpus, **plan):
+    return parse_scenario({"model": model, "training": {"global_batch": 1024, "precision": "bf16"},
+                           "cluster": {"gpu": gpu, "gpus": gpus}, "plan": {"zero": 1, **plan}})
+
+
+LLAMA_405B = {"layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8, "ffn_hidden": 53248, "gated_mlp": True,
+              "vocab": 128256, "seq_len": 8192, "tied_embeddings": False}
+
+
+@pytest.mark.parametrize("sc, first, middle, last, comment", [
+    # DeepSeek-V3: 61 layers + 1 MTP module on the last stage
+    (_moe_plan("deepseek-v3", "h800", 1024, pp=8, ep=32, moe_dispatcher="deepep"), 7, 8, 6,
+     "7 (first), 8 x 6 (middle), 6 (last, + 1 MTP)"),
+    (_moe_plan("deepseek-v3", "h800", 1024, pp=16, ep=32, moe_dispatcher="deepep"), 3, 4, 2,
+     "3 (first), 4 x 14 (middle), 2 (last, + 1 MTP)"),
+    (_moe_plan("qwen3-235b-a22b", "h100-sxm", 512, pp=8, ep=16), 11, 12, 11, "11 (first), 12 x 6 (middle), 11 (last)"),
+    (_moe_plan("qwen3-235b-a22b", "h100-sxm", 512, pp=16, ep=16), 5, 6, 5, "5 (first), 6 x 14 (middle), 5 (last)"),
+    # Llama 3 405B's own layout (Dubey et al. 2024, sec. 3.3.2): 7 on the first and last, 8 on the others
+    (scenario(LLAMA_405B, cluster={"gpu": "h100-sxm", "gpus": 1024}, tp=8, pp=16, sequence_parallel=True, zero=1),
+     7, 8, 7, "7 (first), 8 x 14 (middle), 7 (last)"),
+    # two virtual stages: every stage's count a multiple of 2, the last the smaller share of 14
+    (scenario(LLAMA_405B, cluster={"gpu": "h100-sxm", "gpus": 1024}, tp=8, pp=16, interleave=2,
+              sequence_parallel=True, zero=1), 8, 8, 6, "8 (first), 8 x 14 (middle), 6 (last); each over 2 virtual"),
+])
+def test_megatron_uneven_pipeline_exports_and_reads_back(sc, first, middle, last, comment):
+    """pp not dividing the layers: the middle ranks hold the model's fullest count, first and last the rest (the
+    last the smaller share); the command line parses back to a plan with the same step time."""
+    assert megatron.uneven_stages(sc) == (first, middle, last)
+    line = " ".join(megatron.flags(sc))
+    assert (f"--pipeline-model-parallel-size {sc.plan.pp} --decoder-first-pipeline-num-layers {first} "
+            f"--decoder-last-pipeline-num-layers {last}") in line
+    assert ("--num-virtual-stages-per-pipeline-rank 2" in line) == (sc.plan.interleave == 2)
+    assert "--num-layers-per-virtual-pipeline-stage" not in line
+    text = export(sc, "megatron")
+    assert f"# decoder layers per pipeline stage: {comment}" in text
+    back = megatron.parse_args(text, sc.cluster.model_dump(exclude_none=True))
+    assert (back.plan.pp, back.plan.interleave) == (sc.plan.pp, sc.plan.interleave)
+    assert estimate(back)["step_time_s"] == pytest.approx(estimate(sc)["step_time_s"], rel=1e-9)
+    if sc.model.experts == 0:
+        _same(sc, back)
+
+
+@pytest.mark.parametrize("sc, field, words", [
+    # 10 layers on 8 stages: 2 on each middle one leave nothing for the first and last
+    (scenario(dict(LLAMA_70B, layers=10), cluster={"gpu": "h100-sxm", "gpus": 64}, tp=8, pp=8), "plan.pp",
+     "at least 1 on each"),
+    # 61 layers, pp 4, 2 virtual stages: 16 per middle rank leave 29, which 2 virtual stages cannot split
+    (_moe_plan("deepseek-v3", "h800", 1024, pp=4, interleave=2, ep=32, moe_dispatcher="deepep"), "plan.interleave",
+     "not a multiple of 2"),
+])
+def test_megatron_uneven_pipeline_refusals_say_why(sc, field, words):
+    with pytest.raises(CosearchError) as err:
+        export(sc, "megatron")
+    assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
+
+
+UNEVEN = ("--num-layers 61 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --micro-batch-size 1 "
+          "--vocab-size 32000 --bf16 --mtp-num-layers 1 ")
+
+
+@pytest.mark.parametrize("pp, extra", [
+    (8, "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 6"),
+    (8, "--decoder-last-pipeline-num-layers 5"),  # the first stage holds the middle count, 8
+    (2, "--decoder-first-pipeline-num-layers 31 --decoder-last-pipeline-num-layers 30"),
+])
+def test_megatron_reads_an_uneven_split_whose_middle_ranks_hold_the_fullest_count(pp, extra):
+    sc = megatron.parse_args(UNEVEN + f"--pipeline-model-parallel-size {pp} " + extra, {"gpu": "h100-sxm", "gpus": 64})
+    assert (sc.plan.pp, sc.model.layers, sc.model.mtp_layers) == (pp, 61, 1)
+
+
+@pytest.mark.parametrize("pp, extra, field, words", [
+    # middle ranks at 6, not the 8 the model evaluates: the message gives the count and a split that has it
+    (8, "--decoder-first-pipeline-num-layers 13 --decoder-last-pipeline-num-layers 12",
+     "--decoder-first-pipeline-num-layers", "need 8 each, e.g. --decoder-first-pipeline-num-layers 7"),
+    (8, "--decoder-first-pipeline-num-layers 5 --decoder-last-pipeline-num-layers 8",  # 8 + MTP would pace
+     "--decoder-last-pipeline-num-layers", "at most 7"),
+    (8, "--decoder-first-pipeline-num-layers 7", "--decoder-first-pipeline-num-layers", "7 middle stages"),
+    (8, "--decoder-first-pipeline-num-layers 0 --decoder-last-pipeline-num-layers 6",
+     "--decoder-first-pipeline-num-layers", "positive"),
+    (2, "--decoder-first-pipeline-num-layers 30 --decoder-last-pipeline-num-layers 31",
+     "--decoder-last-pipeline-num-layers", "at most 30"),
+    (2, "--decoder-first-pipeline-num-layers 31 --decoder-last-pipeline-num-layers 31",
+     "--decoder-first-pipeline-num-layers", "--num-layers is 61"),
+    (8, "--pipeline-model-parallel-layout 'Et*3|(tt|)*29,m|L'", "--pipeline-model-parallel-layout", "not modelled"),
+])
+def test_megatron_uneven_split_refusals_name_the_flag_and_the_count(pp, extra, field, words):
+    with pytest.raises(CosearchError) as err:
+        megatron.parse_args(UNEVEN + f"--pipeline-model-parallel-size {pp} " + extra, {"gpu": "h100-sxm", "gpus": 64})
+    assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)

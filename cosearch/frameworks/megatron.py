@@ -23,8 +23,11 @@ training.cross_entropy         fused only (its vocab-parallel loss on 16-bit log
 training.dropout               ``--attention-dropout`` ``--hidden-dropout`` (0.1 / 0.0)
 plan.tp / pp / cp              ``--tensor-model-parallel-size`` ``--pipeline-model-parallel-size``
                                ``--context-parallel-size``
-plan.interleave                ``--num-layers-per-virtual-pipeline-stage`` (layers / (pp*v));
-                               ``--num-virtual-stages-per-pipeline-rank`` read too
+plan.pp not dividing layers    ``--decoder-first-pipeline-num-layers`` ``--decoder-last-pipeline-num-layers``
+                               (:func:`uneven_stages`: middle ranks at the model's fullest count, the last
+                               stage the smaller share); read back when the middle ranks hold that count
+plan.interleave                ``--num-layers-per-virtual-pipeline-stage`` (layers / (pp*v)); with an uneven
+                               split ``--num-virtual-stages-per-pipeline-rank`` (read either way)
 plan.microbatch                ``--micro-batch-size``
 plan.sequence_parallel         ``--sequence-parallel``
 plan.recompute                 ``--recompute-granularity selective`` or ``full`` with
@@ -55,10 +58,13 @@ model.sliding_window           ``--window-size "w-1,0"`` (``--window-attn-skip-f
                                = model.global_attention_every)
 plan.ep / etp                  ``--expert-model-parallel-size`` ``--expert-tensor-parallel-size``
 plan.capacity_factor           ``--moe-expert-capacity-factor`` (none: dropless, no flag)
+model.routed_nodes_limit       ``--moe-router-num-groups n --moe-router-group-topk limit``, n the NVLink domains
+                               the EP group spans (as the model applies the limit); none within one domain
+plan.moe_a2a_overlap 1         ``--overlap-moe-expert-parallel-comm`` (Megatron-Core's 1F1B all-to-all overlap)
 =============================  ===========================================================
 
-Refused: ``plan.moe_a2a_overlap`` > 0 (its Megatron switches differ across releases; set it by hand),
-``plan.moe_fp8_dispatch`` under fp8 (Megatron-Core sends the dispatch in 16 bits),
+Refused: ``plan.moe_a2a_overlap`` between 0 and 1 (the switch is on or off) or where Megatron-Core rejects the
+switch, ``plan.moe_fp8_dispatch`` under fp8 (Megatron-Core sends the dispatch in 16 bits),
 Refused: pipeline schedules zb-h1, zb-v and dualpipe (Megatron-Core runs 1F1B and interleaved 1F1B),
 offload of any kind (Megatron's CPU offloading is not the expansion-tier model here),
 the Triton and FlashAttention-2 attention kernels, eager fusion or loss, zero 2/3 with pipeline parallelism
@@ -69,6 +75,7 @@ The world size is torchrun's, not Megatron's: :func:`parse_args` takes the clust
 """
 from __future__ import annotations
 
+import logging
 import math
 import shlex
 from typing import Any, Mapping
@@ -76,21 +83,104 @@ from typing import Any, Mapping
 from .._files import MAX_INT_DIGITS
 from ..errors import CosearchError
 from ..hf_moe import check_layers
+from ..model.memory import stage_layers
 from ..model.moe import expert_tp
-from ..scenario import Scenario, parse_scenario
+from ..scenario import Scenario, parse_scenario, scenario_columns
 from ._common import fsdp_overlap, layout, megatron_core_schedule, refuse, shard_group, zero3_overlap
-from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe
+from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe, unread_flags
 from .planin import cluster_gpus, whole
 
 VERSION = "Megatron-LM core_r0.14.0"
 
 _SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+FIRST, LAST = "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"
+_log = logging.getLogger(__name__)
+
+
+def fullest_layers(layers: int, pp: int, interleave: int, mtp: int) -> int:
+    """Layers on the fullest pipeline rank as the model evaluates it (:func:`cosearch.model.memory.stage_layers`,
+    each MTP module counted as a layer): ceil(layers / (pp*v)) * v without MTP. That rank paces the pipeline."""
+    return int(stage_layers(layers + mtp, pp, interleave)[0])
+
+
+def _ends(rest: int, interleave: int) -> tuple[int, int]:
+    """``rest`` layers shared by the first and the last stage, in multiples of ``interleave``, the last the
+    smaller share (it also holds the loss and the MTP modules)."""
+    first = -(-rest // (2 * interleave)) * interleave
+    return first, rest - first
+
+
+def stage_split(layers: int, pp: int, interleave: int, mtp: int, first: int | None,
+                last: int | None) -> tuple[int, int, int]:
+    """(first, each middle, last) decoder layers of a ``--decoder-first/last-pipeline-num-layers`` split (None: the
+    flag is absent, that stage holds the middle count).
+
+    Checked as Megatron-Core 0.14's TransformerConfig checks it (at least one layer per stage, the rest a whole
+    number per middle stage, each count a multiple of the virtual stages), and against the model, which evaluates
+    the fullest rank at :func:`fullest_layers`: the middle ranks must hold that count and neither end more (the
+    last stage with its MTP modules). A one-line error names the flag and the count it needs."""
+    flag = FIRST if first is not None else LAST
+    each = "a positive count" if interleave == 1 else f"a positive multiple of {interleave}, the virtual stages"
+    if pp < 2:
+        raise CosearchError(flag, f"an uneven pipeline split needs --pipeline-model-parallel-size > 1 (got {pp})")
+    for name, n in ((FIRST, first), (LAST, last)):
+        if n is not None and (n < 1 or n % interleave):
+            raise CosearchError(name, f"{n}: a pipeline stage holds {each} of layers")
+    middles = pp - (first is not None) - (last is not None)
+    rest = layers - (first or 0) - (last or 0)
+    if middles == 0 and rest:
+        raise CosearchError(flag, f"the first and last stage hold {layers - rest} layers, --num-layers is {layers} "
+                            "(pp 2 has no middle stage)")
+    if middles and (rest < 1 or rest % (middles * interleave)):
+        raise CosearchError(flag, f"leaves {rest} layers for {middles} middle stages: Megatron-Core needs the same "
+                            f"count on each, {each}")
+    middle = rest // middles if middles else 0
+    full = fullest_layers(layers, pp, interleave, mtp)
+    first_n, last_n = (middle if first is None else first), (middle if last is None else last)
+    if pp > 2 and middle != full:
+        a, b = _ends(layers - (pp - 2) * full, interleave)
+        raise CosearchError(flag, f"puts {middle} layers on each middle stage; cosearch evaluates the fullest rank at "
+                            f"{full} layers, so the middle stages need {full} each, e.g. {FIRST} {a} {LAST} {b}")
+    mtp_note = f" + {mtp} MTP" if mtp else ""
+    if first_n > full or (pp == 2 and max(first_n, last_n + mtp) < full):
+        raise CosearchError(FIRST, f"{first_n}: cosearch evaluates the fullest rank at {full} layers; the first stage "
+                            f"needs {full if pp == 2 else f'at most {full}'}")
+    if last_n + mtp > full:
+        raise CosearchError(LAST, f"{last_n}{mtp_note}: the last stage would pace the pipeline, cosearch evaluates the "
+                            f"fullest rank at {full} layers; at most {full - mtp}")
+    return first_n, middle, last_n
+
+
+def uneven_stages(sc: Scenario) -> tuple[int, int, int] | None:
+    """(first, each middle, last) decoder layers per pipeline rank where pp * interleave does not divide
+    model.layers (None where it does): the middle ranks hold the model's fullest count (:func:`fullest_layers`),
+    the first and last stage the rest, the last the smaller share (:func:`_ends`). Refused where that leaves an end
+    stage without a layer per virtual stage, or its layers do not split over the virtual stages."""
+    m, pl = sc.model, sc.plan
+    layers, pp, v, mtp = m.layers, pl.pp, pl.interleave, m.mtp_layers or 0
+    if pp == 1 or layers % (pp * v) == 0:
+        return None
+    full = fullest_layers(layers, pp, v, mtp)
+    rest = layers - (pp - 2) * full
+    ends = f"{layers} layers on pp = {pp} leave {rest} for the first and last stage" + (
+        f" beside {full} on each middle one" if pp > 2 else "")
+    if rest % v:
+        raise refuse("plan.interleave", f"interleave = {v}: {ends}, not a multiple of {v} (Megatron-Core splits each "
+                     "stage's layers evenly over its virtual stages)")
+    first, last = _ends(rest, v)
+    if last < v:
+        raise refuse("plan.pp", f"pp = {pp}: {ends}, and Megatron-LM needs at least {v} on each; use a smaller pp")
+    try:
+        return stage_split(layers, pp, v, mtp, first, last)
+    except CosearchError as err:
+        raise refuse("plan.pp", f"pp = {pp}: the split {first}, {full}, {last} (first, middle, last) {err.message}") from None
 
 
 def flags(sc: Scenario) -> list[str]:
     """The Megatron-LM arguments of ``sc`` as a token list."""
     lay = layout(sc, "Megatron-LM")
     m, t, pl = sc.model, sc.training, sc.plan
+    split = uneven_stages(sc)
     megatron_core_schedule(sc, "Megatron-LM")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: this export maps no Megatron-LM offload flag; use 'none'")
@@ -115,7 +205,11 @@ def flags(sc: Scenario) -> list[str]:
         out += ["--train-samples", int(-(-t.tokens // m.seq_len))]
     out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[t.precision]
     out += ["--tensor-model-parallel-size", pl.tp, "--pipeline-model-parallel-size", pl.pp]
-    if pl.interleave > 1:
+    if split is not None:
+        out += [FIRST, split[0], LAST, split[2]]
+        if pl.interleave > 1:  # a per-stage layer count does not fit an uneven split: the stage count
+            out += ["--num-virtual-stages-per-pipeline-rank", pl.interleave]
+    elif pl.interleave > 1:
         out += ["--num-layers-per-virtual-pipeline-stage", m.layers // (pl.pp * pl.interleave)]
     out += ["--context-parallel-size", pl.cp]
     if pl.sequence_parallel:
@@ -163,9 +257,6 @@ def _moe_flags(sc: Scenario) -> list[Any]:
                 "--v-head-dim", m.v_head_dim]
     if m.experts == 0:
         return out
-    if pl.moe_a2a_overlap > 0:
-        raise refuse("plan.moe_a2a_overlap", "all-to-all overlap is not mapped to a Megatron-LM flag here; "
-                     "use 0 to export and set the release's overlap switches by hand")
     if pl.moe_fp8_dispatch and sc.training.precision == "fp8":
         raise refuse("plan.moe_fp8_dispatch", "Megatron-Core dispatches token copies in 16 bits (HybridEP asserts "
                      "fp8_dispatch off); use false to export")
@@ -175,8 +266,7 @@ def _moe_flags(sc: Scenario) -> list[Any]:
     out += ["--num-experts", m.experts, "--moe-router-topk", m.top_k, "--moe-grouped-gemm"]
     out += (["--moe-token-dispatcher-type", "alltoall"] if pl.moe_dispatcher == "alltoall"
             else ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"])
-    # routed_nodes_limit is not exported: Megatron's --moe-router-num-groups / --moe-router-group-topk
-    # name expert groups (DeepSeek-V3: n_group 8, topk_group 4), which the model does not carry
+    out += _router_groups(sc)
     out += ["--moe-ffn-hidden-size", m.expert_ffn_hidden or m.ffn_hidden]
     if m.shared_experts:
         out += ["--moe-shared-expert-intermediate-size",
@@ -186,7 +276,60 @@ def _moe_flags(sc: Scenario) -> list[Any]:
     out += ["--expert-model-parallel-size", pl.ep, "--expert-tensor-parallel-size", expert_tp(pl.etp, pl.tp)]
     if pl.capacity_factor is not None:
         out += ["--moe-expert-capacity-factor", pl.capacity_factor]
-    return out
+    return out + _a2a_overlap(sc)
+
+
+def _router_groups(sc: Scenario) -> list[Any]:
+    """Node-limited routing (model.routed_nodes_limit) as Megatron's group-limited routing: one expert group per
+    NVLink domain the EP group spans, n = ep / clip(nvlink_domain / etp, 1, ep), as the model applies the limit
+    (:func:`cosearch.model.moe.a2a_times_s`). None where the limit is moot: one domain, or a limit of n or more."""
+    m, pl = sc.model, sc.plan
+    limit = m.routed_nodes_limit
+    if not limit:
+        return []
+    per_domain = min(max(float(scenario_columns(sc)["nvlink_domain"]) / expert_tp(pl.etp, pl.tp), 1.0), pl.ep)
+    groups = pl.ep / per_domain
+    if groups <= 1 or limit >= groups:
+        return []
+    if groups != int(groups) or m.experts % int(groups):
+        raise refuse("model.routed_nodes_limit", f"{limit}: the EP group (ep = {pl.ep}) spans {groups:g} NVLink domains, "
+                     f"which --moe-router-num-groups cannot express (a whole number dividing model.experts = "
+                     f"{m.experts}); use an ep that spans whole domains, or leave the limit unset")
+    groups = int(groups)
+    if limit * (m.experts // groups) < m.top_k:
+        raise refuse("model.routed_nodes_limit", f"{limit}: {limit} of {groups} expert groups hold "
+                     f"{limit * (m.experts // groups)} experts, fewer than model.top_k = {m.top_k}")
+    return ["--moe-router-num-groups", groups, "--moe-router-group-topk", limit]
+
+
+def _a2a_overlap(sc: Scenario) -> list[Any]:
+    """``--overlap-moe-expert-parallel-comm`` for plan.moe_a2a_overlap 1 (Megatron-Core 0.14's 1F1B all-to-all
+    overlap; the switch reads back as 1), refused where its TransformerConfig rejects the switch."""
+    m, pl = sc.model, sc.plan
+    if pl.moe_a2a_overlap == 0:
+        return []
+    field, got = "plan.moe_a2a_overlap", f"{pl.moe_a2a_overlap:g}"
+    if pl.moe_a2a_overlap < 1:
+        raise refuse(field, f"{got}: Megatron-LM's --overlap-moe-expert-parallel-comm is on or off (read back as 1); "
+                     "use 0 or 1")
+    why = ("needs expert parallelism (ep > 1)" if pl.ep == 1 else
+           f"needs virtual pipeline stages under pipelining (pp = {pl.pp}, interleave 1)" if pl.pp > 1 and pl.interleave == 1
+           else "refuses full recompute" if pl.recompute == "full" else
+           f"takes at most one MTP layer (model.mtp_layers = {m.mtp_layers})" if (m.mtp_layers or 0) > 1 else None)
+    if why:
+        raise refuse(field, f"{got}: Megatron-Core's --overlap-moe-expert-parallel-comm {why}; change the plan or use 0")
+    return ["--overlap-moe-expert-parallel-comm"]
+
+
+def _split_comment(sc: Scenario) -> str:
+    """A comment line with the decoder layers of each pipeline stage of an uneven split ("" for an even one)."""
+    split, pl, mtp = uneven_stages(sc), sc.plan, sc.model.mtp_layers or 0
+    if split is None:
+        return ""
+    middle = "" if pl.pp == 2 else f"{split[1]} x {pl.pp - 2} (middle), "
+    virtual = f"; each over {pl.interleave} virtual stages" if pl.interleave > 1 else ""
+    return (f"# decoder layers per pipeline stage: {split[0]} (first), {middle}{split[2]} "
+            f"(last{f', + {mtp} MTP' if mtp else ''}){virtual}\n")
 
 
 def export(sc: Scenario) -> str:
@@ -202,7 +345,7 @@ def export(sc: Scenario) -> str:
             lines.append(toks[i])
             i += 1
     head = (f"# {VERSION}: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}; add data, tokenizer and "
-            "optimizer flags\n"
+            f"optimizer flags\n{_split_comment(sc)}"
             f"torchrun --nnodes {lay['nodes']} --nproc-per-node {lay['gpus_per_node']} pretrain_gpt.py")
     return " \\\n    ".join([head] + lines) + "\n"
 
@@ -228,9 +371,8 @@ _LISTS = {"--recompute-modules"}
 _RECOMPUTE_MODULES = ("core_attn", "moe_act", "mlp", "mla_up_proj")
 #: Flags that change the model or plan in ways cosearch does not model -> refused.
 _UNSUPPORTED = {
-    "--decoder-first-pipeline-num-layers": "uneven pipeline stages are not modelled",
-    "--decoder-last-pipeline-num-layers": "uneven pipeline stages are not modelled",
-    "--pipeline-model-parallel-layout": "custom pipeline layouts are not modelled",
+    "--pipeline-model-parallel-layout": "custom pipeline layouts are not modelled (use --decoder-first-pipeline-"
+                                        "num-layers / --decoder-last-pipeline-num-layers for an uneven split)",
     "--cpu-offloading": "activation CPU offloading is not mapped",
     "--optimizer-cpu-offload": "optimizer CPU offloading is not mapped",
     "--use-torch-fsdp2": "torch FSDP2 inside Megatron is not mapped; use --use-megatron-fsdp",
@@ -350,7 +492,9 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     defaults apply to the rest (``--ffn-hidden-size`` 4h, or int(8h/3 / 64) * 64 with ``--swiglu``;
     dropout 0.1; global batch = micro batch x dp). Flags that do not change the performance
     model (data, tokenizer, optimizer, logging) are skipped; MoE, MLA and ``--kv-channels`` flags are
-    read by :func:`.megatron_moe.parse_moe` (issue 15); uneven pipeline stages and CPU offloading are refused.
+    read by :func:`.megatron_moe.parse_moe` (issue 15), and the ``--moe-*`` / ``--expert-*`` flags it does not
+    read are logged as a warning. An uneven split (``--decoder-first/last-pipeline-num-layers``) is read where
+    :func:`stage_split` accepts it; custom pipeline layouts and CPU offloading are refused.
     """
     seen = _tokens(args)
     for flag, why in _UNSUPPORTED.items():
@@ -455,13 +599,17 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
         plan["recompute_mla_up_proj"] = True
     if zero == 3:  # Megatron-FSDP prefetches its gathers, as the export states
         plan["fsdp_overlap"] = fsdp_overlap("Megatron-LM")
-    parse_moe(seen, model, plan, _int, _float)  # issue 15: MoE / MLA / head_dim flags (megatron_moe.py)
+    moe_training: dict[str, Any] = {}
+    parse_moe(seen, model, plan, _int, _float, moe_training)  # issue 15: MoE / MLA / head_dim flags (megatron_moe.py)
+    ignored = unread_flags(seen)
+    if ignored:
+        _log.warning("Megatron-LM flags not modelled, ignored: %s", " ".join(ignored))
     group = _instances_group(seen, dp, cp)
     if group is not None:
         plan["zero_group"] = group
     global_batch = _int(seen, "--global-batch-size", micro * dp, least=1)
     training: dict[str, Any] = {"global_batch": global_batch, "precision": precision, "attention": attention,
-                                "dropout": dropout}
+                                "dropout": dropout, **moe_training}
     moments = {str(seen.get(f, "fp32")) for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")}
     if "--use-precision-aware-optimizer" in seen and moments != {"fp32"}:
         if not moments <= {"bf16", "fp16"} or str(seen.get("--main-params-dtype", "fp32")) != "fp32":
@@ -472,4 +620,7 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
         training["tokens"] = float(_int(seen, "--train-samples", least=1) * seq)
     elif "--train-iters" in seen:
         training["tokens"] = float(_int(seen, "--train-iters", least=1) * global_batch * seq)
-    return parse_scenario({"model": model, "training": training, "cluster": cl, "plan": plan})
+    sc = parse_scenario({"model": model, "training": training, "cluster": cl, "plan": plan})
+    if FIRST in seen or LAST in seen:  # checked on the parsed scenario: pp, interleave and MTP are valid there
+        stage_split(layers, pp, interleave, sc.model.mtp_layers or 0, _int(seen, FIRST), _int(seen, LAST))
+    return sc

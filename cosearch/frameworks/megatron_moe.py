@@ -27,6 +27,9 @@ Megatron-LM flag (default)                             cosearch field
 ``--expert-model-parallel-size`` (1)                   plan.ep
 ``--expert-tensor-parallel-size`` (tp)                 plan.etp (left at its default when it equals tp)
 ``--moe-expert-capacity-factor`` (none: dropless)      plan.capacity_factor
+``--moe-router-force-load-balancing``                  training.moe_load_imbalance 1.0 (routing forced uniform)
+``--overlap-moe-expert-parallel-comm``                 plan.moe_a2a_overlap 1.0 (Megatron-Core's 1F1B
+                                                       all-to-all overlap)
 ``--multi-latent-attention`` ``--q-lora-rank``         model.attention mla, q_lora_rank (none: 0),
 ``--kv-lora-rank`` ``--qk-head-dim``                   kv_lora_rank, qk_nope_head_dim,
 ``--qk-pos-emb-head-dim`` ``--v-head-dim``             qk_rope_head_dim, v_head_dim
@@ -41,7 +44,10 @@ Megatron-LM flag (default)                             cosearch field
 
 Refused with the reason: the ``allgather`` dispatcher (Megatron's default when no
 ``--moe-token-dispatcher-type`` is given; cosearch models the all-to-all), ``flex`` without DeepEP,
-a ``--moe-layer-freq`` that is neither an integer nor a 0/1 list of ``--num-layers`` entries.
+``--moe-enable-deepep`` with ``alltoall`` (DeepEP runs in the flex dispatcher only),
+``--moe-pad-expert-input-to-capacity`` (padding to capacity is not modelled), a ``--moe-layer-freq``
+that is neither an integer nor a 0/1 list of ``--num-layers`` entries. Other ``--moe-*`` / ``--expert-*``
+flags are not read (:func:`unread_flags`; the parser logs them).
 """
 from __future__ import annotations
 
@@ -52,8 +58,20 @@ from .._files import MAX_INT_DIGITS
 from ..errors import CosearchError
 from ..model.window import global_every
 
-#: Switches (store_true) of this module, so that a token after one is not taken for its value.
-SWITCHES = {"--moe-grouped-gemm", "--moe-enable-deepep", "--moe-permute-fusion", "--multi-latent-attention"}
+#: Switches (store_true) of Megatron-LM's MoE arguments, so that a token after one is not taken for its value.
+SWITCHES = {"--moe-grouped-gemm", "--moe-enable-deepep", "--moe-permute-fusion", "--multi-latent-attention",
+            "--moe-router-force-load-balancing", "--overlap-moe-expert-parallel-comm",
+            "--moe-pad-expert-input-to-capacity", "--moe-use-legacy-grouped-gemm", "--moe-shared-expert-overlap",
+            "--moe-router-fusion", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
+            "--moe-router-padding-for-fp8", "--moe-per-layer-logging", "--moe-apply-probs-on-input",
+            "--moe-layer-recompute", "--delay-wgrad-compute"}
+#: The ``--moe-*`` / ``--expert-*`` flags :func:`parse_moe` reads (or refuses); the grouped-GEMM switches are read
+#: as one GEMM launch per local expert either way.
+READ = {"--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
+        "--moe-router-num-groups", "--moe-router-group-topk", "--moe-token-dispatcher-type", "--moe-enable-deepep",
+        "--moe-grouped-gemm", "--moe-use-legacy-grouped-gemm", "--expert-model-parallel-size",
+        "--expert-tensor-parallel-size", "--moe-expert-capacity-factor", "--moe-router-force-load-balancing",
+        "--moe-pad-expert-input-to-capacity"}
 #: Megatron-LM's default ``--moe-router-topk``.
 DEFAULT_TOPK = 2
 _TERM = re.compile(r"^\[\s*([01](?:\s*,\s*[01])*)\s*\](?:\s*\*\s*(\d{1,%d}))?$" % MAX_INT_DIGITS)
@@ -111,9 +129,16 @@ def _parse_window(seen: Mapping[str, Any], model: dict[str, Any], to_int: Int, l
             model["global_attention_every"] = every
 
 
+def unread_flags(seen: Mapping[str, Any]) -> list[str]:
+    """The ``--moe-*`` / ``--expert-*`` flags of ``seen`` that :func:`parse_moe` does not read (router numerics,
+    fusions, logging...): skipped, so the caller tells the user rather than dropping them silently."""
+    return sorted(f for f in seen if f.startswith(("--moe-", "--expert-")) and f not in READ)
+
+
 def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, Any], to_int: Int,
-              to_float: Callable[..., float]) -> None:
-    """Add the MoE / MLA / head_dim fields of the flags ``seen`` to ``model`` and ``plan`` (in place)."""
+              to_float: Callable[..., float], training: dict[str, Any] | None = None) -> None:
+    """Add the MoE / MLA / head_dim fields of the flags ``seen`` to ``model``, ``plan`` and ``training``
+    (in place; training: the routing forced uniform)."""
     hidden, heads, layers = model["hidden"], model["heads"], model["layers"]
     kv_channels = to_int(seen, "--kv-channels", None)  # MLA sets its own head dims: ignored there
     if kv_channels is not None and kv_channels * heads != hidden and "--multi-latent-attention" not in seen:
@@ -128,8 +153,17 @@ def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, An
         ep = to_int(seen, "--expert-model-parallel-size", 1, least=1)
         if ep != 1:
             raise CosearchError("--expert-model-parallel-size", f"{ep} without --num-experts (a dense model has no experts)")
+        if "--overlap-moe-expert-parallel-comm" in seen:
+            raise CosearchError("--overlap-moe-expert-parallel-comm", "without --num-experts (a dense model has no "
+                                "expert all-to-all to overlap)")
         return
+    if "--moe-pad-expert-input-to-capacity" in seen:
+        raise CosearchError("--moe-pad-expert-input-to-capacity", "padding each expert's input to its capacity is not "
+                            "modelled (cosearch computes the routed tokens, capped at the capacity); drop the flag")
     dispatcher = str(seen.get("--moe-token-dispatcher-type", "allgather"))
+    if dispatcher == "alltoall" and "--moe-enable-deepep" in seen:
+        raise CosearchError("--moe-enable-deepep", "DeepEP needs --moe-token-dispatcher-type flex (got alltoall); use "
+                            "flex with DeepEP, or drop --moe-enable-deepep")
     if dispatcher == "alltoall":
         plan["moe_dispatcher"] = "alltoall"
     elif dispatcher == "flex" and "--moe-enable-deepep" in seen:
@@ -166,3 +200,7 @@ def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, An
         plan["etp"] = etp
     if "--moe-expert-capacity-factor" in seen:
         plan["capacity_factor"] = to_float(seen, "--moe-expert-capacity-factor", 0.0)
+    if "--overlap-moe-expert-parallel-comm" in seen:  # 1F1B all-to-all overlap: the model's full overlap
+        plan["moe_a2a_overlap"] = 1.0
+    if "--moe-router-force-load-balancing" in seen and training is not None:  # routing forced uniform
+        training["moe_load_imbalance"] = 1.0
