@@ -519,3 +519,17 @@ def test_megatron_uneven_split_refusals_name_the_flag_and_the_count(pp, extra, f
     with pytest.raises(CosearchError) as err:
         megatron.parse_args(UNEVEN + f"--pipeline-model-parallel-size {pp} " + extra, {"gpu": "h100-sxm", "gpus": 64})
     assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_export_warns_when_the_plan_does_not_fit(tmp_path, capsys):
+    """A plan that cannot fit is still exported as asked, with a warning line on stderr (it was silent)."""
+    import yaml
+
+    for gpus, tp, warned in ((8, 8, True), (64, 8, False)):
+        f = tmp_path / f"s{gpus}.yaml"
+        f.write_text(yaml.safe_dump({"model": "gpt3-175b", "training": {"global_batch": 64},
+                                     "cluster": {"gpu": "h100-sxm", "gpus": gpus}, "plan": {"tp": tp, "pp": gpus // tp}}))
+        assert main(["export", str(f), "--format", "megatron"]) == 0
+        out, err = capsys.readouterr()
+        assert out.startswith("# Megatron-LM")
+        assert ("warning: DOES NOT FIT" in err) == warned, err
