@@ -226,3 +226,35 @@ def test_journal_lock_breaks_lock_left_by_dead_holder(tmp_path):
     assert not Path(path + ".lock").exists()
     with pytest.raises(RuntimeError):
         lock.release()
+
+
+_WRITER = """
+import sys, optuna
+from optuna.distributions import IntDistribution
+from cosearch.storages import resolve_storage
+from cosearch.storages.rdb_batch import create_trials
+from optuna.trial import TrialState
+st = resolve_storage(sys.argv[1])
+sid = st.get_study_id_from_name("race")
+for _ in range(60):
+    create_trials(st, sid, [{"params": {"x": 1}, "system_attrs": {}, "state": TrialState.COMPLETE, "values": [1.0]}] * 8,
+                  {"x": IntDistribution(0, 9)})
+"""
+
+
+def test_concurrent_sqlite_writers_keep_trial_numbers_unique(tmp_path):
+    """Two processes batch-creating trials in one SQLite study: numbers were counted before the insert (SQLite takes
+    no lock on the SELECT), so both read the same count and hundreds of trials shared a number, hidden from
+    load_study. Counted after the insert, as optuna does, they stay unique and gap-free."""
+    import subprocess
+    import sys
+
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    optuna.create_study(study_name="race", storage=resolve_storage(url))
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, url]) for _ in range(4)]
+    assert all(p.wait(timeout=240) == 0 for p in procs)
+    trials = resolve_storage(url).get_all_trials(resolve_storage(url).get_study_id_from_name("race"), deepcopy=False)
+    assert sorted(t.number for t in trials) == list(range(4 * 60 * 8))
+    assert len(optuna.load_study(study_name="race", storage=url).get_trials(deepcopy=False)) == 4 * 60 * 8

@@ -85,12 +85,10 @@ def create_trials(storage: BaseStorage, study_id: int, trials: Sequence[Mapping[
     dist_json = {k: distribution_to_json(d) for k, d in distributions.items()}
     now = datetime.now()
     with _session(rdb) as session:
-        # the lock optuna's create_new_trial takes: trial numbers are assigned in order under it
+        # the lock optuna's create_new_trial takes (PostgreSQL, MySQL: the study row; SQLite ignores it)
         models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
         import sqlalchemy
 
-        n0 = session.execute(sqlalchemy.select(sqlalchemy.func.count(models.TrialModel.trial_id))
-                             .where(models.TrialModel.study_id == study_id)).scalar() or 0
         rows = []
         for spec in trials:
             state = spec.get("state", TrialState.RUNNING)
@@ -98,6 +96,13 @@ def create_trials(storage: BaseStorage, study_id: int, trials: Sequence[Mapping[
                                           datetime_complete=now if state.is_finished() else None))
         session.add_all(rows)
         session.flush()
+        # counted after the insert, as optuna's count_past_trials: on SQLite the insert takes the database's write
+        # lock, so no other writer's trials can appear below ours between the count and the commit (counted before
+        # it, two writers read the same count and gave 512 trials duplicate numbers, hidden from load_study)
+        first_id = min(r.trial_id for r in rows)
+        n0 = session.execute(sqlalchemy.select(sqlalchemy.func.count(models.TrialModel.trial_id))
+                             .where(models.TrialModel.study_id == study_id,
+                                    models.TrialModel.trial_id < first_id)).scalar() or 0
         for i, row in enumerate(sorted(rows, key=lambda r: r.trial_id)):
             row.number = n0 + i  # optuna: number = trials of the study with a smaller trial_id
         children: list[Any] = []
