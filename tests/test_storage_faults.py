@@ -202,3 +202,31 @@ def test_study_half_created_by_a_killed_run_is_completed(tmp_path, capsys, caplo
     rc, _, err = _cli(["run", sp, "--study", "other", "--storage", journal, "--sampler", "random", "--trials", "20"],
                       capsys)
     assert rc == 2 and "not made by cosearch" in err
+
+
+def test_a_finish_write_cut_after_the_metrics_is_redone(tmp_path):
+    """A kill can cut a batch's finish after a trial's attribute lines and before its state line: the trial kept
+    its metrics, was failed as stale on resume, and still counted as evaluated (a FAIL with metrics is a trial
+    whose objective has no value), so the study stopped one short. Failed-as-abandoned trials are redone."""
+    from optuna.storages.journal import JournalFileBackend  # noqa: F401 - the op codes below are optuna's
+    from optuna.storages.journal._storage import JournalOperation
+
+    from cosearch._study_store import counts_as_trial
+
+    journal = tmp_path / "s.journal"
+    space = str(ROOT / "searchspaces" / "codesign-70b.yaml")
+    cmd = [sys.executable, "-m", "cosearch", "run", space, "--study", "s", "--storage", str(journal),
+           "--sampler", "random", "--trials", "40", "--batch-size", "20"]
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=300).returncode == 0
+    lines = journal.read_bytes().splitlines(keepends=True)
+    states = [i for i, line in enumerate(lines)
+              if json.loads(line).get("op_code") == JournalOperation.SET_TRIAL_STATE_VALUES]
+    journal.write_bytes(b"".join(lines[:states[-5]]))  # the last 5 trials: metrics written, no state for them
+    study = optuna.load_study(study_name="s", storage=resolve_storage(str(journal)))
+    cut = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
+    assert cut and "metrics" in cut[0].user_attrs  # the first of them got its attributes before the cut
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    study = optuna.load_study(study_name="s", storage=resolve_storage(str(journal)))
+    assert sum(counts_as_trial(t) for t in study.get_trials(deepcopy=False)) == 40
+    assert not any(counts_as_trial(t) for t in study.get_trials(deepcopy=False) if t._trial_id == cut[0]._trial_id)

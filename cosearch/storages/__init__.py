@@ -5,6 +5,7 @@ fails trials of dead workers, ``_writer`` writes batches of trials (:class:`Tria
 fast path, ``rdb_batch`` for RDB, optuna's public API otherwise), ``_scaleout`` holds the study
 lock, shared trial budget and heartbeats, ``_compat`` the tested optuna range.
 """
+from ._owners import ABANDONED_ATTR
 from ._storage import (
     DEFAULT_JOURNAL,
     OWNER_ATTR,
@@ -24,6 +25,7 @@ from ._scaleout import TrialBudget, study_lock
 from ._writer import TrialRecord, TrialWriter
 
 __all__ = [
+    "ABANDONED_ATTR",
     "DEFAULT_JOURNAL",
     "OWNER_ATTR",
     "TrialBudget",

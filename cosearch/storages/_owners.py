@@ -20,6 +20,10 @@ logger = logging.getLogger("cosearch.storages._storage")
 
 #: System attribute holding a trial's owner record.
 OWNER_ATTR = "cosearch:owner"
+#: System attribute set (True) on a RUNNING trial cosearch marks FAIL because its batch was abandoned or its owner
+#: died: a write cut short may have stored its metrics but not its state, and such a trial must be redone, not
+#: counted as evaluated (:func:`cosearch._study_store.counts_as_trial`).
+ABANDONED_ATTR = "cosearch:abandoned"
 
 OwnerAlive = Callable[[Mapping[str, Any]], "bool | None"]
 
@@ -140,6 +144,7 @@ def fail_stale_trials(study: optuna.Study, *, owner_alive: OwnerAlive | None = N
         if verdict is not False:
             continue
         try:
+            storage.set_trial_system_attr(trial._trial_id, ABANDONED_ATTR, True)
             storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
         except UpdateFinishedTrialError:
             continue  # finished or failed meanwhile by someone else

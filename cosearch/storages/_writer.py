@@ -33,7 +33,7 @@ from optuna.distributions import distribution_to_json
 from optuna.storages import JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from ._owners import OWNER_ATTR
+from ._owners import ABANDONED_ATTR, OWNER_ATTR
 
 if TYPE_CHECKING:  # the codec only needs .distributions, .to_params(row), .to_internal(row)
     from ..samplers._codec import ParamCodec
@@ -210,11 +210,14 @@ class TrialWriter:
         if not ids:
             return
         if self.fast:
-            self._append([{"op_code": self._op.SET_TRIAL_STATE_VALUES, "trial_id": tid, "state": int(TrialState.FAIL),
-                           "values": None, "datetime_complete": _now()} for tid in ids])
+            self._append([log for tid in ids for log in (
+                {"op_code": self._op.SET_TRIAL_SYSTEM_ATTR, "trial_id": tid, "system_attr": {ABANDONED_ATTR: True}},
+                {"op_code": self._op.SET_TRIAL_STATE_VALUES, "trial_id": tid, "state": int(TrialState.FAIL),
+                 "values": None, "datetime_complete": _now()})])
             return
         for tid in ids:
             try:
+                self.storage.set_trial_system_attr(tid, ABANDONED_ATTR, True)
                 self.storage.set_trial_state_values(tid, TrialState.FAIL)
             except Exception:  # noqa: BLE001 - finished meanwhile
                 pass
