@@ -230,3 +230,20 @@ def test_a_finish_write_cut_after_the_metrics_is_redone(tmp_path):
     study = optuna.load_study(study_name="s", storage=resolve_storage(str(journal)))
     assert sum(counts_as_trial(t) for t in study.get_trials(deepcopy=False)) == 40
     assert not any(counts_as_trial(t) for t in study.get_trials(deepcopy=False) if t._trial_id == cut[0]._trial_id)
+
+
+def test_an_unfinished_exhaustive_study_says_its_front_is_partial(tmp_path, capsys):
+    """A run killed before it stored the front left a partial front that pareto, studies and report showed as the
+    answer (1 point where the front has 4). They now say the enumeration never finished; a finished one is quiet."""
+    journal = tmp_path / "e.journal"
+    space = str(ROOT / "searchspaces" / "codesign-70b.yaml")
+    assert main(["run", space, "--study", "e", "--storage", str(journal)]) == 0
+    capsys.readouterr()
+    rc = main(["pareto", "--study", "e", "--storage", str(journal)])
+    assert rc == 0 and "never finished" not in capsys.readouterr().err
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:3]))  # the study, its description and one trial: the front write cut
+    main(["pareto", "--study", "e", "--storage", str(journal)])
+    assert "never finished" in capsys.readouterr().err
+    assert main(["studies", "--storage", str(journal)]) == 0
+    assert "unfinished" in capsys.readouterr().out

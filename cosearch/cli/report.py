@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import warnings
 from pathlib import Path
 
@@ -48,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
 
     refuse_overwrite("--out", args.out, {"study's storage": storage_file(args.storage)})
     study = open_study(args.study, args.storage)
+    from ..study_queries import unfinished_note
+
+    note = unfinished_note(study)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     rep = write_report(study, args.out, png_dir=args.png)
     logging.getLogger(__name__).info("plots: %s", ", ".join(rep.plots))
     print(f"wrote {rep.path} ({rep.path.stat().st_size / 1e6:.1f} MB; plots: {', '.join(rep.plots) or 'none'})")

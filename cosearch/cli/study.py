@@ -326,6 +326,7 @@ def pareto_command(args: argparse.Namespace) -> int:
     check_rows(args.rows)
     from .._files import refuse_overwrite
     from ..storages import storage_file
+    from ..study_queries import unfinished_note
 
     for flag in ("--csv", "--parquet", "--plot"):
         refuse_overwrite(flag, getattr(args, flag[2:]), {"study's storage": storage_file(args.storage)})
@@ -334,6 +335,9 @@ def pareto_command(args: argparse.Namespace) -> int:
     study = load_study(args.study, args.storage)
     info = study_info(study)
     front = pareto_front(study)
+    note = unfinished_note(study)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     if args.plot:
         suffix = Path(args.plot).suffix.lower()
         if suffix not in (".png", ".html"):
@@ -441,6 +445,7 @@ def studies_command(args: argparse.Namespace) -> int:
         t.add_column(col, justify="right" if col in ("trials", "feasible", "running") else "left")
     for r in rows:
         best = "  ".join(f"{k}={_fmt(v)}" for k, v in r["best"].items())
-        t.add_row(r["study"], r["kind"], str(r["method"] or "-"), str(r["trials"]), str(r["feasible"]), str(r["running"]), best)
+        kind = r["kind"] + (" (unfinished)" if r.get("unfinished") else "")
+        t.add_row(r["study"], kind, str(r["method"] or "-"), str(r["trials"]), str(r["feasible"]), str(r["running"]), best)
     c.print(t)
     return 0
