@@ -146,8 +146,16 @@ def parse_csv(text: str, name: str) -> Any:
     import pandas as pd
 
     text = "".join(line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#"))
+    import warnings
+
     try:
-        return pd.read_csv(io.StringIO(text), comment=None)
+        with warnings.catch_warnings():
+            # index_col=False with the warning as an error: a row with one field more than the header is refused (pandas
+            # otherwise takes the first column as an index and shifts every column of the file by one)
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(io.StringIO(text), comment=None, index_col=False)
+    except pd.errors.ParserWarning:
+        raise CosearchError(name, "cannot read CSV (a row has more fields than the header)") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, OverflowError) as err:
         raise CosearchError(name, f"cannot read CSV ({(str(err).splitlines() or ['error'])[0]})") from None
 

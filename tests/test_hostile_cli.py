@@ -293,3 +293,22 @@ def test_an_output_path_that_is_an_input_is_refused(studies, tmp_path, capsys):
     rc, _, err = run_cli(capsys, "calibrate", str(csv), "--params", "matmul_scale", "--out", str(csv), "--force")
     _one_line_error(rc, err, "--out", "measured CSV")
     assert csv.read_bytes() == before
+
+
+def test_messages_that_misled(tmp_path, capsys):
+    """A SQLite file given as a journal was 'corrupt at line 1 ... remove that line'; a CSV whose first row has a
+    field more than the header was read shifted ('model: unknown preset 4096'); an exhaustive --timeout 0.001
+    said it 'takes about 0 s, more than the 0.001 s allowed'."""
+    import sqlite3
+    db = tmp_path / "x.db"
+    sqlite3.connect(db).execute("create table t (x)").connection.commit()
+    rc, _, err = run_cli(capsys, "studies", "--storage", str(db))
+    _one_line_error(rc, err, "--storage", "is a SQLite database", f"sqlite:///{db}")
+    csv = tmp_path / "m.csv"
+    csv.write_text("model,gpu,gpus,global_batch,tp,pp,step_time_s\ngpt3-1.3b,h100-sxm,8,512,1,1,1.0,4096\n")
+    rc, _, err = run_cli(capsys, "calibrate", str(csv), "--out", str(tmp_path / "p.yaml"))
+    _one_line_error(rc, err, "more fields than the header")
+    rc, _, err = run_cli(capsys, "run", DEEPPOOL, "--study", "t", "--storage", str(tmp_path / "s.journal"),
+                         "--sampler", "exhaustive", "--timeout", "0.000001")
+    _one_line_error(rc, err, "--timeout")
+    assert "about 0 s" not in err

@@ -133,7 +133,7 @@ def run_command(args: argparse.Namespace) -> int:
     if method == "exhaustive" and timeout is not None and space.size / EXHAUSTIVE_POINTS_PER_S > timeout:
         if asked != "auto":
             raise CosearchError("--timeout", f"exhaustive search over {space.size:,.0f} points takes about "
-                                f"{space.size / EXHAUSTIVE_POINTS_PER_S:,.0f} s, more than the {args.timeout:g} s allowed; "
+                                f"{space.size / EXHAUSTIVE_POINTS_PER_S:.2g} s, more than the {args.timeout:g} s allowed; "
                                 "raise --timeout or use a sampler")
         method = "nsga2" if len(space.objectives) > 1 else "tpe"
     size = f"{space.size:,.0f} points" if space.size < 1e15 else f"{space.size:.3g} points" if math.isfinite(space.size) else \

@@ -16,6 +16,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.samplers import BaseSampler
 
 from ..errors import CosearchError
+from ..search._limits import ENUMERATE_LIMIT
 from ..search.space import SearchSpace
 from ._codec import ParamCodec
 
@@ -94,8 +95,9 @@ def optuna_method(name: str, space: SearchSpace, codec: ParamCodec, seed: int | 
                 cont = [dd.path for dd in space.dims if dd.choices is None][0]
                 raise CosearchError(cont, "grid needs finite choices: give the range a step")
             if space.size > GRID_LIMIT:
+                alt = "exhaustive or a sampler" if space.size <= ENUMERATE_LIMIT else "a sampler (tpe, nsga2, ...)"
                 raise CosearchError("--sampler", f"grid over {space.size:.3g} points is too large for optuna's "
-                                    f"GridSampler (limit {GRID_LIMIT:,}); use exhaustive or a sampler")
+                                    f"GridSampler (limit {GRID_LIMIT:,}); use {alt}")
             m = OptunaMethod(name, _Grid(codec.grid(), seed=seed), 256, False, max_trials=int(space.size))
         else:
             raise CosearchError("--sampler", f"unknown optuna sampler {name!r}")

@@ -135,6 +135,18 @@ def _check_writable(path: Path) -> None:
         raise fail(err.strerror or type(err).__name__) from None
 
 
+#: The first bytes of every SQLite 3 database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 def _journal(path: Path, must_exist: bool = False) -> JournalStorage:
     if path.is_dir():
         raise CosearchError("--storage", f"{str(path)!r} is a directory; give a journal file path")
@@ -142,6 +154,9 @@ def _journal(path: Path, must_exist: bool = False) -> JournalStorage:
         raise CosearchError("--storage", f"journal file {str(path)!r} does not exist")
     if path.exists() and not path.is_file():  # /dev/zero would be read without end, a FIFO wait for a writer
         raise CosearchError("--storage", f"{str(path)!r} is not a regular file; give a journal file path")
+    if path.exists() and _starts_with(path, SQLITE_MAGIC):  # read as a journal it looked empty, or 'corrupt'
+        raise CosearchError("--storage", f"{str(path)!r} is a SQLite database, not a journal: give --storage "
+                            f"sqlite:///{path}")
     if not must_exist:
         _check_writable(path)  # read-only commands must not create it
     lock = JournalLock(str(path), grace_period=JOURNAL_LOCK_GRACE)
