@@ -202,3 +202,17 @@ def test_launch_options_that_would_be_ignored_or_contradict_are_refused(given, f
     """estimate SCENARIO --gpus 64 (or --gpu, --cluster, --model) ignored the option; --megatron-args with --gpus 8
     and --cluster '{gpus: 64}' silently took 8."""
     _refuses(lambda: planin.scenario_from_args(_planin(**given)), field)
+
+
+def test_cluster_directory_and_json_model_file(tmp_path):
+    """--cluster DIR said 'expects a mapping' (the path was parsed as inline YAML); --model m.json was taken for
+    a preset name."""
+    _refuses(lambda: planin.scenario_from_args(_planin(megatron_args=MEGATRON, cluster=str(tmp_path))), "--cluster",
+             "is a directory")
+    (tmp_path / "m.json").write_text('{"model": {"layers": 2, "hidden": 1024, "heads": 8, "ffn_hidden": 4096, '
+                                     '"vocab": 32000, "seq_len": 2048}}')
+    (tmp_path / "job.toml").write_text(NO_AC + "[training]\nlocal_batch_size = 1\nseq_len = 2048\n")
+    sc = planin.scenario_from_args(_planin(torchtitan_toml=str(tmp_path / "job.toml"), model=str(tmp_path / "m.json"),
+                                           torch_version=None))
+    from cosearch.scenario import load_scenario
+    assert load_scenario(sc).model.layers == 2

@@ -33,6 +33,13 @@ def cluster_gpus(cluster: Mapping[str, Any]) -> int:
     return whole(cluster["gpus"], "cluster.gpus", most=MAX_COUNT)
 
 
+def _is_dir(text: str) -> bool:
+    try:
+        return Path(text).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _is_file(text: str) -> bool:
     """Whether ``text`` names an existing file (False for inline YAML too long or odd for a path)."""
     try:
@@ -59,7 +66,10 @@ def _cluster(args: argparse.Namespace) -> dict[str, Any]:
     if args.cluster:
         from ..scenario import read_yaml
 
-        inline = Path(args.cluster).suffix not in (".yaml", ".yml") and not _is_file(args.cluster)
+        if _is_dir(args.cluster):
+            raise CosearchError("--cluster", f"{args.cluster!r} is a directory; give a YAML file or inline YAML such as "
+                                "'{gpu: h100-sxm, gpus: 64}'")
+        inline = Path(args.cluster).suffix not in (".yaml", ".yml", ".json") and not _is_file(args.cluster)
         data = parse_yaml(args.cluster, "--cluster") if inline else read_yaml(args.cluster)
         if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
             data = data["cluster"]  # a whole scenario file: take its cluster
@@ -99,7 +109,7 @@ def scenario_from_args(args: argparse.Namespace) -> Any:
         if not args.model:
             raise CosearchError("--model", "required with --torchtitan-toml (torchtitan names its model by flavor)")
         model: Any = args.model
-        if Path(args.model).suffix in (".yaml", ".yml"):
+        if Path(args.model).suffix in (".yaml", ".yml", ".json"):  # a file of model fields (JSON is YAML)
             from ..scenario import read_yaml
 
             model = read_yaml(args.model)
