@@ -336,6 +336,12 @@ def _check_moe(m: ModelSpec) -> None:
             raise CosearchError("model.top_k", f"a MoE model needs 1 <= top_k <= experts ({m.experts}) (got {m.top_k})")
         if m.dense_layers >= m.layers:
             raise CosearchError("model.dense_layers", f"must be below model.layers ({m.layers}) (got {m.dense_layers})")
+        # a width with nothing to apply it to would be ignored silently
+        if m.shared_ffn_hidden is not None and not m.shared_experts:
+            raise CosearchError("model.shared_ffn_hidden", "needs model.shared_experts > 0 (the width of a shared expert)")
+        if m.dense_ffn_hidden is not None and not m.dense_layers:
+            raise CosearchError("model.dense_ffn_hidden", "needs model.dense_layers > 0 (the MLP width of the leading "
+                                "dense layers)")
     if m.global_attention_every is not None and m.sliding_window is None:
         raise CosearchError("model.global_attention_every", "needs model.sliding_window (the window of the other layers)")
     mla_keys = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")

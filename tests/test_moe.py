@@ -603,3 +603,12 @@ def test_all_to_all_overlap_needs_another_micro_batch_to_pair_with():
     paired = (ep_per_mb(64, 1.0) - 0.25 * unpaired) / 0.75     # m = 4
     assert paired < 0.5 * unpaired
     assert ep_per_mb(32, 1.0) == pytest.approx(0.5 * paired + 0.5 * unpaired, rel=1e-9)  # m = 2
+
+
+@pytest.mark.parametrize("field", ["shared_ffn_hidden", "dense_ffn_hidden"])
+def test_a_width_with_nothing_to_apply_to_is_refused(field):
+    """shared_ffn_hidden without shared experts, or dense_ffn_hidden without dense layers, was ignored silently."""
+    model = {**preset("mixtral-8x7b"), field: 4096}
+    with pytest.raises(CosearchError) as err:
+        parse_scenario({"model": model, "training": {"global_batch": 8}, "cluster": {"gpu": "h100-sxm", "gpus": 8}})
+    assert err.value.field == f"model.{field}"
