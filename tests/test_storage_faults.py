@@ -230,6 +230,8 @@ def test_a_finish_write_cut_after_the_metrics_is_redone(tmp_path):
     study = optuna.load_study(study_name="s", storage=resolve_storage(str(journal)))
     assert sum(counts_as_trial(t) for t in study.get_trials(deepcopy=False)) == 40
     assert not any(counts_as_trial(t) for t in study.get_trials(deepcopy=False) if t._trial_id == cut[0]._trial_id)
+    from cosearch.scaleout import TrialBudget  # the workers' count agrees: a worker joining would not stop short
+    assert TrialBudget(study, 40, lock=None, heartbeat=False).counts()["done"] == 40
 
 
 def test_an_unfinished_exhaustive_study_says_its_front_is_partial(tmp_path, capsys):
