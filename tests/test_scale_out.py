@@ -321,3 +321,21 @@ def test_rdb_batch_writes_what_the_public_api_writes(tmp_path):
 
     assert [key(t) for t in out["batch"]] == [key(t) for t in out["api"]]
     assert len(out["batch"]) == 6
+
+
+def test_two_plain_runs_on_one_study_share_its_trial_target(tmp_path):
+    """Two `cosearch run` processes on one study each stopped when they saw N, so the study overshot by up to a
+    batch each (an audit saw 3,256 for 3,000). A sampled run now takes the study's trial budget as workers do."""
+    import optuna
+
+    from cosearch._study_store import counts_as_trial
+
+    journal = tmp_path / "s.journal"
+    cmd = [sys.executable, "-m", "cosearch", "run", str(ROOT / "searchspaces" / "codesign-70b.yaml"), "--study", "d",
+           "--storage", str(journal), "--sampler", "random", "--trials", "1200", "--batch-size", "100"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()[-2000:]
+    from cosearch.storages import resolve_storage
+    study = optuna.load_study(study_name="d", storage=resolve_storage(str(journal)))
+    assert sum(counts_as_trial(t) for t in study.get_trials(deepcopy=False)) == 1200

@@ -154,14 +154,27 @@ def run_command(args: argparse.Namespace) -> int:
             task = progress.add_task("run", total=ev["total"], feas=feas)
         progress.update(task, completed=ev["done"], total=ev["total"], feas=feas)
 
+    budget, created = _shared_budget(args, space, storage, method, profile)
     try:
         with progress:
             res = run_study(space, args.study, storage, sampler=method, n_trials=args.trials, seed=args.seed,
-                            batch_size=args.batch_size, callback=callback, timeout=timeout, profile=profile)
+                            batch_size=args.batch_size, callback=callback, timeout=timeout, profile=profile,
+                            budget=budget)
     except KeyboardInterrupt:
         print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
               file=sys.stderr)
         return 130
+    except BaseException:
+        if created:
+            from .._study_store import _drop_if_empty
+
+            _drop_if_empty(budget.study)  # as run_study does for a study it created
+        raise
+    finally:
+        if budget is not None:
+            budget.close()
+    if budget is not None:
+        res.n_new = budget.granted  # this process's trials (run_study counts every writer's)
     if res.kind != "exhaustive":
         _store_target(res.study, args.trials)
     out = console()
@@ -190,6 +203,24 @@ def run_command(args: argparse.Namespace) -> int:
     if calibrated is not None:
         _warn_outside_range(res.study, front, calibrated)
     return 0
+
+
+def _shared_budget(args: argparse.Namespace, space: Any, storage: Any, method: str, profile: Any) -> tuple[Any, bool]:
+    """For a sampled (optuna) run, the study's shared trial budget (:class:`cosearch.scaleout.TrialBudget`, as
+    `cosearch worker` takes it): two runs on one study, or a worker joining a run, end with exactly --trials
+    evaluated trials instead of overshooting by a batch each; and whether this call created the study. (None, False)
+    for exhaustive and scipy methods (one process)."""
+    from ..samplers import OPTUNA_SAMPLERS
+
+    if method not in OPTUNA_SAMPLERS:
+        return None, False
+    from ..scaleout import TrialBudget, study_lock
+    from .worker import _storage_value, open_for_workers
+
+    url = _storage_value(args.storage)
+    existed = any(s.study_name == args.study for s in storage.get_all_studies())
+    study = open_for_workers(space, args.study, url, method, args.trials, st=storage, profile=profile)
+    return TrialBudget(study, args.trials, study_lock(url, args.study)), not existed
 
 
 def _store_target(study: Any, n_trials: int) -> None:
