@@ -258,3 +258,24 @@ def test_concurrent_sqlite_writers_keep_trial_numbers_unique(tmp_path):
     trials = resolve_storage(url).get_all_trials(resolve_storage(url).get_study_id_from_name("race"), deepcopy=False)
     assert sorted(t.number for t in trials) == list(range(4 * 60 * 8))
     assert len(optuna.load_study(study_name="race", storage=url).get_trials(deepcopy=False)) == 4 * 60 * 8
+
+
+def test_a_dead_workers_trials_are_failed_with_one_warning_line(tmp_path, caplog):
+    """Each stale trial of a killed worker logged its own WARNING line (50 lines for one worker); now one line per
+    dead worker, with the count."""
+    import logging
+
+    import optuna
+
+    from cosearch.storages import fail_stale_trials
+
+    st = resolve_storage(str(tmp_path / "s.journal"))
+    study = optuna.create_study(study_name="s", storage=st)
+    dead = {"host": __import__("socket").gethostname(), "pid": 2 ** 22 + 12345, "token": "x", "boot": None}
+    for _ in range(5):
+        t = study.ask()
+        st.set_trial_system_attr(t._trial_id, OWNER_ATTR, dead)
+    with caplog.at_level(logging.WARNING):
+        assert fail_stale_trials(study, owner_alive=lambda rec: False) == 5
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "5 trial(s)" in lines[0].getMessage()

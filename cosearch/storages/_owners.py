@@ -134,6 +134,7 @@ def fail_stale_trials(study: optuna.Study, *, owner_alive: OwnerAlive | None = N
     """
     storage = study._storage
     failed = 0
+    gone: dict[tuple[Any, Any], int] = {}  # (host, pid) -> trials failed: one warning line per dead worker
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = trial_owner(trial)
         if owner is None:
@@ -149,8 +150,13 @@ def fail_stale_trials(study: optuna.Study, *, owner_alive: OwnerAlive | None = N
         except UpdateFinishedTrialError:
             continue  # finished or failed meanwhile by someone else
         failed += 1
-        logger.warning("trial %d of study %r was RUNNING but its worker (host %s, pid %s) is gone: "
-                       "marked FAIL", trial.number, study.study_name, owner.get("host"), owner.get("pid"))
+        key = (owner.get("host"), owner.get("pid"))
+        gone[key] = gone.get(key, 0) + 1
+        logger.debug("trial %d of study %r: its worker (host %s, pid %s) is gone: marked FAIL", trial.number,
+                     study.study_name, *key)
+    for (host, pid), n in gone.items():
+        logger.warning("%d trial(s) of study %r were RUNNING but their worker (host %s, pid %s) is gone: marked FAIL "
+                       "(they are redone)", n, study.study_name, host, pid)
     failed += _fail_heartbeat_stale(study)
     return failed
 
