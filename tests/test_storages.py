@@ -279,3 +279,18 @@ def test_a_dead_workers_trials_are_failed_with_one_warning_line(tmp_path, caplog
         assert fail_stale_trials(study, owner_alive=lambda rec: False) == 5
     lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1 and "5 trial(s)" in lines[0].getMessage()
+
+
+def test_study_lock_sits_on_the_storages_own_file(tmp_path):
+    """The study lock of a relative SQLite URL was taken on /NAME (sqlite:///rel.db -> /rel.db, created in the root
+    folder, impossible for other users), and of sqlite:///:memory: on /:memory:; it is the database file itself,
+    where resolve_storage puts it, as for journals."""
+    from cosearch.storages import study_lock
+    from cosearch.errors import CosearchError
+
+    assert study_lock("sqlite:///rel.db", "s", workdir=tmp_path).path == tmp_path / "rel.db"
+    assert study_lock("sqlite:///sub/x.db?timeout=3", "s", workdir=tmp_path).path == tmp_path / "sub" / "x.db"
+    assert study_lock("sqlite:////abs/x.db", "s", workdir=tmp_path).path == Path("/abs/x.db")
+    assert study_lock("j.journal", "s", workdir=tmp_path).path == tmp_path / "j.journal"
+    with pytest.raises(CosearchError):
+        study_lock("sqlite:///:memory:", "s")

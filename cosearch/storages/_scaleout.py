@@ -40,7 +40,7 @@ from optuna.trial import TrialState
 
 from ..errors import CosearchError
 from ._owners import ABANDONED_ATTR, fail_stale_trials
-from ._storage import DEFAULT_JOURNAL
+from ._storage import storage_file
 
 logger = logging.getLogger(__name__)
 
@@ -78,25 +78,6 @@ def storage_kind(url: str | None) -> str:
         if u.startswith(kind):
             return kind
     return "journal"
-
-
-def _journal_path(url: str | None, workdir: Path | None) -> Path:
-    base = Path.cwd() if workdir is None else Path(workdir)
-    if url is None:
-        return base / DEFAULT_JOURNAL
-    p = Path(url.strip()).expanduser()
-    return p if p.is_absolute() else base / p
-
-
-def _sqlite_path(url: str, workdir: Path | None) -> Path | None:
-    rest = url.split(":", 1)[1].lstrip("/") if "://" not in url else url.split("://", 1)[1]
-    rest = rest.split("?", 1)[0]
-    if url.startswith("sqlite:////"):
-        return Path("/" + rest.lstrip("/"))
-    if not rest or rest == ":memory:":
-        return None
-    base = Path.cwd() if workdir is None else Path(workdir)
-    return base / rest
 
 
 def _key64(text: str) -> int:
@@ -196,12 +177,10 @@ def study_lock(storage_url: str | None, study_name: str, *, workdir: Path | None
     kind = storage_kind(storage_url)
     if kind in ("postgresql", "mysql"):
         return _SqlLock(storage_url, f"cosearch:{study_name}")
-    if kind == "sqlite":
-        path = _sqlite_path(storage_url, workdir)
-        if path is None:
-            raise CosearchError("--storage", "in-memory SQLite cannot be shared by workers; give a file")
-        return _FileLock(path)
-    return _FileLock(_journal_path(storage_url, workdir))
+    path = storage_file(storage_url, None if workdir is None else Path(workdir))  # the journal or SQLite file
+    if path is None:
+        raise CosearchError("--storage", "in-memory SQLite cannot be shared by workers; give a file")
+    return _FileLock(path)
 
 
 # ------------------------------------------------------------------------------------ budget
