@@ -339,3 +339,13 @@ def test_two_plain_runs_on_one_study_share_its_trial_target(tmp_path):
     from cosearch.storages import resolve_storage
     study = optuna.load_study(study_name="d", storage=resolve_storage(str(journal)))
     assert sum(counts_as_trial(t) for t in study.get_trials(deepcopy=False)) == 1200
+
+
+def test_a_sampled_run_on_in_memory_sqlite_takes_no_shared_budget(capsys):
+    """No other process can reach an in-memory SQLite study: the run has no budget to share (it stopped with 'in-memory
+    SQLite cannot be shared by workers' once the study lock sat on the database file, 344abc8)."""
+    from cosearch.cli import main
+
+    rc = main(["run", str(ROOT / "searchspaces" / "codesign-70b.yaml"), "--study", "m", "--storage", "sqlite:///:memory:",
+               "--sampler", "random", "--trials", "10"])
+    assert rc == 0, capsys.readouterr().err[-2000:]

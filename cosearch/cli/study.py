@@ -214,10 +214,13 @@ def _shared_budget(args: argparse.Namespace, space: Any, storage: Any, method: s
 
     if method not in OPTUNA_SAMPLERS:
         return None, False
-    from ..scaleout import TrialBudget, study_lock
+    from ..scaleout import TrialBudget, storage_kind, study_lock
+    from ..storages import storage_file
     from .worker import _storage_value, open_for_workers
 
     url = _storage_value(args.storage)
+    if storage_kind(url) == "sqlite" and storage_file(url) is None:
+        return None, False  # in-memory SQLite: no other process can reach the study
     existed = any(s.study_name == args.study for s in storage.get_all_studies())
     study = open_for_workers(space, args.study, url, method, args.trials, st=storage, profile=profile)
     return TrialBudget(study, args.trials, study_lock(url, args.study)), not existed
