@@ -488,10 +488,8 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         m_w = sch.wgrad_activation_bytes(s_loc, mb, h_rep, h / tp, kv_loc, f / tp, gated, fp8)
         if ext is not None:
             m_w = ops.where(ext.rows, ext.wgrad_layer, m_w)
-        stored_mid = sch.rank_activation_bytes(sched, pp, m, n_stage, n_last, act_layer, m_w, stored_mid, True,
-                                               logits0, logits_last)[0]
-        stored0, stored_last, logits0, logits_last = sch.rank_activation_bytes(
-            sched, pp, m, n_stage, n_last, act_layer, m_w, stored0, False, logits0, logits_last)
+        stored0, stored_mid, stored_last, logits0, logits_last = sch.rank_activation_bytes(
+            sched, pp, m, n_stage, n_last, act_layer, m_w, stored0, stored_mid, logits0, logits_last)
     ranks = [[w0, g0, o0, stored0], [wm, gm, om, stored_mid], [w2, g2, o2, stored_last]]
     if any_offload:
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers

@@ -173,21 +173,21 @@ def inflight_microbatches(schedule, pp, num_microbatches):
 
 
 def rank_activation_bytes(schedule, pp, num_microbatches, n_stage, n_last, act_layer, wgrad_layer, stored_first,
-                          first_is_rank1, logits_first, logits_last):
-    """(first-rank, last-rank) stored activations and logits bytes under the schedule, from the 1F1B
-    values: ZB-V and DualPipe hold their in-flight count on every rank (``n_stage`` layers, an upper
-    bound), ZB-H1 adds its deferred W passes (M_W = ``wgrad_layer`` per layer) on the last rank and on
-    rank 1 when an uneven split makes it the peak (``first_is_rank1``); the loss sits on rank 0
-    under ZB-V (chunk 2p-1) and on both end ranks under DualPipe."""
+                          stored_mid, logits_first, logits_last):
+    """(rank 0, a middle rank (rank 1), last rank) stored activations and (rank 0, last rank) logits bytes under the
+    schedule, from the 1F1B values: ZB-V and DualPipe hold their in-flight count on every rank (``n_stage``
+    layers, an upper bound), ZB-H1 adds its deferred W passes (M_W = ``wgrad_layer`` per layer) on rank 1 and the
+    last rank (rank 0 has none); the loss sits on rank 0 under ZB-V (chunk 2p-1) and on both end ranks under
+    DualPipe."""
     inflight, _ = inflight_microbatches(schedule, pp, num_microbatches)
     balanced = (schedule == ZB_V) | (schedule == DUALPIPE)
     stored_bal = n_stage * inflight * act_layer
-    rank1_w = ops.where((schedule == ZB_H1) & first_is_rank1,
-                        n_stage * deferred_wgrads(schedule, pp, num_microbatches, 1.0) * wgrad_layer, 0.0)
-    first = ops.where(balanced, stored_bal, stored_first + rank1_w)
+    first = ops.where(balanced, stored_bal, stored_first)
+    mid = ops.where(balanced, stored_bal,
+                    stored_mid + n_stage * deferred_wgrads(schedule, pp, num_microbatches, 1.0) * wgrad_layer)
     last = ops.where(balanced, stored_bal,
                      n_last * (act_layer + deferred_wgrads(schedule, pp, num_microbatches, pp - 1.0) * wgrad_layer))
-    return (first, last, ops.where(balanced, logits_last, logits_first),
+    return (first, mid, last, ops.where(balanced, logits_last, logits_first),
             ops.where(schedule == ZB_V, 0.0, logits_last))
 
 
