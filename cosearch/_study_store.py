@@ -24,7 +24,7 @@ from .errors import CosearchError
 from .model.profile import DEFAULT_PROFILE, Profile
 from .samplers import check_method, resolve_method
 from .search.space import SearchSpace, as_space as _as_space  # noqa: F401 - the name cosearch.study re-exports
-from .storages import ABANDONED_ATTR, resolve_storage
+from .storages import failed_with_result, resolve_storage
 from .storages._storage import mask_url
 
 logger = logging.getLogger(__name__)
@@ -67,8 +67,7 @@ def _quiet_optuna() -> None:
 def counts_as_trial(t: FrozenTrial) -> bool:
     """A trial cosearch evaluated (finished with metrics); crash-failed trials do not count, also not one whose
     metrics were written before a crash cut its state line (marked ``ABANDONED_ATTR`` when failed)."""
-    return (t.state in (TrialState.COMPLETE, TrialState.FAIL) and "metrics" in t.user_attrs
-            and not t.system_attrs.get(ABANDONED_ATTR))
+    return (t.state == TrialState.COMPLETE and "metrics" in t.user_attrs) or failed_with_result(t)
 
 
 def is_feasible_trial(t: FrozenTrial) -> bool:

@@ -5,7 +5,7 @@ fails trials of dead workers, ``_writer`` writes batches of trials (:class:`Tria
 fast path, ``rdb_batch`` for RDB, optuna's public API otherwise), ``_scaleout`` holds the study
 lock, shared trial budget and heartbeats, ``_compat`` the tested optuna range.
 """
-from ._owners import ABANDONED_ATTR
+from ._owners import ABANDONED_ATTR, failed_with_result
 from ._storage import (
     DEFAULT_JOURNAL,
     OWNER_ATTR,
@@ -34,6 +34,7 @@ __all__ = [
     "JournalBackend",
     "JournalLock",
     "fail_stale_trials",
+    "failed_with_result",
     "mask_url",
     "normalize_url",
     "storage_file",

@@ -27,6 +27,12 @@ ABANDONED_ATTR = "cosearch:abandoned"
 
 OwnerAlive = Callable[[Mapping[str, Any]], "bool | None"]
 
+
+def failed_with_result(t: FrozenTrial) -> bool:
+    """A FAIL trial cosearch evaluated (its metrics stored; an objective without a finite value), not one failed as
+    abandoned (:data:`ABANDONED_ATTR`) whose metrics a cut write may have left behind: it counts as a trial."""
+    return t.state == TrialState.FAIL and "metrics" in t.user_attrs and not t.system_attrs.get(ABANDONED_ATTR)
+
 _TOKEN = uuid.uuid4().hex
 
 

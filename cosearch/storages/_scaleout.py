@@ -39,7 +39,7 @@ from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import TrialState
 
 from ..errors import CosearchError
-from ._owners import ABANDONED_ATTR, fail_stale_trials
+from ._owners import fail_stale_trials, failed_with_result
 from ._storage import storage_file
 
 logger = logging.getLogger(__name__)
@@ -230,9 +230,8 @@ class TrialBudget:
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False):
             if t.state in (TrialState.RUNNING, TrialState.WAITING):
                 out["running"] += 1
-            elif t.state in DONE_STATES or (t.state == TrialState.FAIL and METRICS_ATTR in t.user_attrs
-                                            and not t.system_attrs.get(ABANDONED_ATTR)):
-                out["done"] += 1  # (an abandoned trial's metrics may be there, its state line cut: it is redone)
+            elif t.state in DONE_STATES or failed_with_result(t):
+                out["done"] += 1
             elif t.state == TrialState.FAIL:
                 out["failed"] += 1
         return out
