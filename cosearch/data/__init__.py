@@ -27,29 +27,38 @@ def _override(name: str) -> Path | None:
     return path if path.exists() else None
 
 
-def data_text(name: str) -> str:
-    """The text of data file ``name``: the ``COSEARCH_DATA_DIR`` copy where there is one (read safely), else the
-    shipped one."""
+def _read(name: str) -> tuple[str, Path | None]:
+    """The text of data file ``name`` and the ``COSEARCH_DATA_DIR`` copy it came from (read safely), or None for
+    the shipped one."""
     path = _override(name)
-    if path is not None:
-        from .._files import YAML_MAX_BYTES, read_text
+    if path is None:
+        return resources.files(__name__).joinpath(name).read_text(), None
+    from .._files import YAML_MAX_BYTES, read_text
 
-        return read_text(path, YAML_MAX_BYTES)
-    return resources.files(__name__).joinpath(name).read_text()
+    return read_text(path, YAML_MAX_BYTES), path
+
+
+def data_text(name: str) -> str:
+    """The text of data file ``name``: the ``COSEARCH_DATA_DIR`` copy where there is one, else the shipped one."""
+    return _read(name)[0]
 
 
 def data_yaml(name: str, key: str) -> Any:
     """The ``key`` section of YAML data file ``name`` (a mapping), parsed with the user-file caps where it comes
     from ``COSEARCH_DATA_DIR``; a one-line error naming the file when the section is missing or not a mapping."""
-    from .._files import parse_yaml
+    text, path = _read(name)
+    where = f"{DATA_DIR_VAR}: {path}" if path is not None else name
+    if path is None:
+        import yaml
 
-    path = _override(name)
-    where = str(path) if path is not None else name
-    doc = parse_yaml(data_text(name), f"{DATA_DIR_VAR}: {where}") if path is not None else __import__("yaml").safe_load(
-        data_text(name))
+        doc = yaml.safe_load(text)
+    else:
+        from .._files import parse_yaml
+
+        doc = parse_yaml(text, where)
     section = doc.get(key) if isinstance(doc, dict) else None
     if not isinstance(section, dict):
         from ..errors import CosearchError
 
-        raise CosearchError(f"{DATA_DIR_VAR}: {where}", f"expected a mapping with a {key!r} section of entries")
+        raise CosearchError(where, f"expected a mapping with a {key!r} section of entries")
     return section
