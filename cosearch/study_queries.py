@@ -41,11 +41,16 @@ def study_info(study: optuna.Study) -> dict[str, Any]:
     return dict(info)
 
 
+def _unfinished(info: Mapping[str, Any]) -> bool:
+    """Whether an exhaustive study's enumeration never finished (its run was stopped before storing the front:
+    the summary lacks ``complete``), from its cosearch description."""
+    return info.get("kind") == "exhaustive" and not (info.get("summary") or {}).get("complete")
+
+
 def unfinished_note(study: optuna.Study) -> str | None:
-    """A line saying an exhaustive study's enumeration never finished (its run was killed before storing the
-    front; the summary lacks ``complete``), so the trials it holds are part of a front; None otherwise."""
-    info = study_info(study)
-    if info.get("kind") != "exhaustive" or (info.get("summary") or {}).get("complete"):
+    """A line saying an exhaustive study's enumeration never finished (:func:`_unfinished`), so the trials it holds
+    are part of a front; None otherwise."""
+    if not _unfinished(study_info(study)):
         return None
     return (f"study {study.study_name!r}: the exhaustive enumeration never finished (its run was stopped before "
             "storing the front), so this front is partial; run the same `cosearch run` command to finish it")
@@ -304,6 +309,6 @@ def list_studies(storage: BaseStorage | str | None = None) -> list[dict[str, Any
             "running": sum(1 for t in trials if t.state == TrialState.RUNNING),
             "feasible": len(feas), "best": bests,
             "points": (info.get("summary") or {}).get("points"),
-            "unfinished": info.get("kind") == "exhaustive" and not (info.get("summary") or {}).get("complete"),
+            "unfinished": _unfinished(info),
         })
     return out

@@ -59,14 +59,13 @@ def run(args: argparse.Namespace) -> int:
         source = args.scenario
     else:
         raise CosearchError("scenario", "give a scenario file or --study NAME")
+    from ..estimate import estimate
     from ..storages import storage_file
+    from .estimate import no_fit_line
 
     refuse_overwrite("--out", args.out, {"scenario file": args.scenario if args.scenario else None,
                                           "study's storage": storage_file(args.storage) if args.study else None})
     text = export(source, args.format)
-    from ..estimate import estimate
-    from .estimate import no_fit_line
-
     nofit = no_fit_line(estimate(source))
     if nofit:  # exported as asked, but the user should know before launching it
         print(f"warning: {nofit} (cosearch estimate); the launch would likely run out of memory", file=sys.stderr)

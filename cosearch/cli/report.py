@@ -45,12 +45,11 @@ def open_study(name: str, storage_url: str | None):
 def run(args: argparse.Namespace) -> int:
     from .._files import refuse_overwrite
     from ..storages import storage_file
+    from ..study_queries import unfinished_note
     from ..visualization import write_report
 
     refuse_overwrite("--out", args.out, {"study's storage": storage_file(args.storage)})
     study = open_study(args.study, args.storage)
-    from ..study_queries import unfinished_note
-
     note = unfinished_note(study)
     if note:
         print(f"warning: {note}", file=sys.stderr)

@@ -354,13 +354,12 @@ def best_command(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------- pareto
 def pareto_command(args: argparse.Namespace) -> int:
+    from .._files import refuse_overwrite, write_output
+    from ..storages import storage_file
     from ..study import load_study, pareto_front, study_info, why_nothing
-    from .._files import write_output
+    from ..study_queries import unfinished_note
 
     check_rows(args.rows)
-    from .._files import refuse_overwrite
-    from ..storages import storage_file
-    from ..study_queries import unfinished_note
 
     for flag in ("--csv", "--parquet", "--plot"):
         refuse_overwrite(flag, getattr(args, flag[2:]), {"study's storage": storage_file(args.storage)})
