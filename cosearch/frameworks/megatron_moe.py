@@ -136,7 +136,7 @@ def unread_flags(seen: Mapping[str, Any]) -> list[str]:
 
 
 def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, Any], to_int: Int,
-              to_float: Callable[..., float], training: dict[str, Any] | None = None) -> None:
+              to_float: Callable[..., float], training: dict[str, Any]) -> None:
     """Add the MoE / MLA / head_dim fields of the flags ``seen`` to ``model``, ``plan`` and ``training``
     (in place; training: the routing forced uniform)."""
     hidden, heads, layers = model["hidden"], model["heads"], model["layers"]
@@ -202,5 +202,5 @@ def parse_moe(seen: Mapping[str, Any], model: dict[str, Any], plan: dict[str, An
         plan["capacity_factor"] = to_float(seen, "--moe-expert-capacity-factor", 0.0)
     if "--overlap-moe-expert-parallel-comm" in seen:  # 1F1B all-to-all overlap: the model's full overlap
         plan["moe_a2a_overlap"] = 1.0
-    if "--moe-router-force-load-balancing" in seen and training is not None:  # routing forced uniform
+    if "--moe-router-force-load-balancing" in seen:  # routing forced uniform
         training["moe_load_imbalance"] = 1.0
