@@ -17,6 +17,7 @@ import io
 import os
 import re
 import stat
+import warnings
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -146,8 +147,6 @@ def parse_csv(text: str, name: str) -> Any:
     import pandas as pd
 
     text = "".join(line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#"))
-    import warnings
-
     try:
         with warnings.catch_warnings():
             # index_col=False with the warning as an error: a row with one field more than the header is refused (pandas
