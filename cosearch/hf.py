@@ -94,11 +94,18 @@ def _count(cfg: Mapping[str, Any], key: str, default: Any = None) -> int:
     return v
 
 
+def boolean(value: Any, field: str, what: str = "") -> bool:
+    """``value`` if it is true or false, else a one-line error naming ``field`` (``what``: the key it came
+    from): text such as "false" or a 0/1 is refused, not read as a truth value. Shared by the config readers
+    (config.json here, the torchtitan TOML in :mod:`cosearch.frameworks.torchtitan`)."""
+    if not isinstance(value, bool):
+        raise CosearchError(field, f"{what}expects true or false (got {value!r})")
+    return value
+
+
 def _flag(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
-    v = cfg.get(key, default)
-    if not isinstance(v, bool):
-        raise CosearchError(FIELD, f"config.json key {key!r} must be true or false (got {v!r})")
-    return v
+    """A true/false key of a config.json (``default`` when absent)."""
+    return boolean(cfg.get(key, default), FIELD, f"config.json key {key!r} ")
 
 
 def window_fields(cfg: Mapping[str, Any], mtype: str, layers: int) -> dict[str, Any]:

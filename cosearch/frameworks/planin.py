@@ -33,19 +33,14 @@ def cluster_gpus(cluster: Mapping[str, Any]) -> int:
     return whole(cluster["gpus"], "cluster.gpus", most=MAX_COUNT)
 
 
-def _is_dir(text: str) -> bool:
+def _kind(text: str) -> str | None:
+    """"dir" or "file" when ``text`` names an existing one, else None (also for inline YAML too long or odd for
+    a path), so that ``--cluster`` tells a file from inline YAML."""
     try:
-        return Path(text).is_dir()
+        path = Path(text)
+        return "dir" if path.is_dir() else "file" if path.is_file() else None
     except (OSError, ValueError):
-        return False
-
-
-def _is_file(text: str) -> bool:
-    """Whether ``text`` names an existing file (False for inline YAML too long or odd for a path)."""
-    try:
-        return Path(text).is_file()
-    except (OSError, ValueError):
-        return False
+        return None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,10 +61,11 @@ def _cluster(args: argparse.Namespace) -> dict[str, Any]:
     if args.cluster:
         from ..scenario import read_yaml
 
-        if _is_dir(args.cluster):
+        kind = _kind(args.cluster)
+        if kind == "dir":
             raise CosearchError("--cluster", f"{args.cluster!r} is a directory; give a YAML file or inline YAML such as "
                                 "'{gpu: h100-sxm, gpus: 64}'")
-        inline = Path(args.cluster).suffix not in (".yaml", ".yml", ".json") and not _is_file(args.cluster)
+        inline = Path(args.cluster).suffix not in (".yaml", ".yml", ".json") and kind != "file"
         data = parse_yaml(args.cluster, "--cluster") if inline else read_yaml(args.cluster)
         if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
             data = data["cluster"]  # a whole scenario file: take its cluster

@@ -13,7 +13,16 @@ LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel
 (training.fusion fused, else eager); ``[activation_checkpoint] mode`` (``none``/``selective``/``full``; plan.recompute op is ``selective`` with
 ``selective_ac_option = "op"``, per-op SAC, and Megatron's selective is refused; full is
 ``plan.recompute_early_stop``: PyTorch's non-reentrant checkpoint stops the recompute early);
-``[model] converters = ["float8"]`` with ``[float8]`` for fp8.
+``[model] converters = ["float8"]`` with ``[float8]`` for fp8. Later trees' ``[compile]`` table (``enable``,
+``components`` "model"/"loss", ``backend`` inductor) is read in place of ``[training] compile``.
+
+Names are checked as torchtitan checks them (its config manager refuses a field its dataclasses lack): in the
+tables read (``_KEYS``: those above and the keys of them that leave the estimate as it is), an unknown key is a
+one-line error naming it and the closest known key; a table that is a near miss of a torchtitan one
+(``[paralelism]``) is refused too. Other tables (a ``custom_args_module``'s) are not read. Refused as well,
+where skipping them would misestimate: a pipelined ``pipeline_parallel_schedule`` other than the three mapped
+ones (matched without case, as PyTorch does), converters other than float8 (mx), ``enable_cpu_offload = true``
+and, for a mixture-of-experts model, ``expert_parallel_degree`` > 1.
 
 Names checked (issue 15) against pytorch/torchtitan torchtitan/config/job_config.py
 @000204a4a8bf3d0f31adc44fc29855fbb6ea13d8 (the version the code search stores): ``Parallelism``
@@ -54,6 +63,7 @@ variant with one parameter copy, not DualPipe's two). The model architecture is 
 """
 from __future__ import annotations
 
+from difflib import get_close_matches
 from typing import Any, Mapping
 
 from .. import hf
@@ -174,6 +184,28 @@ def export(sc: Scenario) -> str:
 # ----------------------------------------------------------------------------------- plan in
 #: fsdp_reshard_after_forward values of torchtitan (``Literal["default", "always", "never"]``).
 _RESHARD = ("default", "always", "never")
+#: pipeline_parallel_schedule (PyTorch's get_schedule_class ignores case) -> cosearch schedule
+_SCHEDULES_IN = {v.lower(): k for k, v in _SCHEDULES.items()}
+#: Every key of the tables read, as torchtitan v0.1.0's dataclasses name them: those read below, then those that
+#: leave the estimate as it is. Any other key there is refused (:func:`_check_names`): skipped, a misspelt key
+#: would be estimated at its default. ``[compile]`` and ``hf_assets_path`` are later trees' names.
+_KEYS = {
+    "parallelism": ("data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+                    "tensor_parallel_degree", "enable_async_tensor_parallel", "disable_loss_parallel",
+                    "pipeline_parallel_degree", "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage",
+                    "pipeline_parallel_microbatch_size", "context_parallel_degree", "expert_parallel_degree",
+                    "enable_compiled_autograd", "pipeline_parallel_split_points", "pipeline_parallel_schedule_csv",
+                    "context_parallel_rotate_method"),
+    "training": ("local_batch_size", "global_batch_size", "seq_len", "steps", "mixed_precision_param", "compile",
+                 "enable_cpu_offload", "dataset", "dataset_path", "max_norm", "mixed_precision_reduce", "gc_freq",
+                 "gc_debug", "seed", "deterministic"),
+    "activation_checkpoint": ("mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns"),
+    "model": ("converters", "name", "flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"),
+    "compile": ("enable", "components", "backend"),
+}
+#: torchtitan v0.1.0's other tables: not read, so their keys are not checked.
+_OTHER_TABLES = ("job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "float8", "mx", "comm",
+                 "memory_estimation", "fault_tolerance", "experimental", "validation")
 
 
 def _table(doc: dict[str, Any], key: str) -> dict[str, Any]:
@@ -192,11 +224,61 @@ def _number(table: dict[str, Any], section: str, key: str, default: int, also: t
 
 
 def _switch(table: dict[str, Any], section: str, key: str) -> bool:
-    """A true/false key of ``[section]`` (false when absent); text such as "false" is refused, not read as true."""
-    v = table.get(key, False)
-    if not isinstance(v, bool):
-        raise CosearchError(f"{section}.{key}", f"expects true or false (got {v!r})")
-    return v
+    """A true/false key of ``[section]``, false when absent (torchtitan's default for every switch read)."""
+    return hf.boolean(table.get(key, False), f"{section}.{key}")
+
+
+def _check_names(doc: dict[str, Any]) -> None:
+    """Refuses a key of a table read that torchtitan does not define (``tensor_paralel_degree``) and a table
+    that is a near miss of a torchtitan one (``[paralelism]``): skipped, either would leave the estimate at the
+    default, where torchtitan itself refuses the name. Tables further from every torchtitan name (a
+    custom_args_module's, a later release's) are left alone."""
+    tables = (*_KEYS, *_OTHER_TABLES)
+    for name in doc:
+        if name in _KEYS:
+            for key in _table(doc, name):
+                if key not in _KEYS[name]:
+                    raise CosearchError(f"{name}.{key}", f"not a key of {VERSION}'s [{name}]; "
+                                        + _hint(key, _KEYS[name]))
+        elif name not in _OTHER_TABLES and (close := get_close_matches(name, tables, n=1, cutoff=0.8)):
+            raise CosearchError(name, f"not a {VERSION} table; did you mean [{close[0]}]?")
+
+
+def _hint(key: str, known: tuple[str, ...]) -> str:
+    """The table of the read ones that defines ``key``, else the closest known key, else the known keys."""
+    home = [t for t, keys in _KEYS.items() if key in keys]
+    close = get_close_matches(key, known, n=1)
+    return (f"it belongs in [{home[0]}]" if home else f"did you mean {close[0]}?" if close
+            else "known: " + ", ".join(known))
+
+
+def _compiled(doc: dict[str, Any], training: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether torch.compile (inductor) compiles the model and the loss: v0.1.0's ``[training] compile`` (both),
+    or later trees' ``[compile]`` (``enable``; ``components``, default both; ``backend``, default inductor)."""
+    if "compile" not in doc:
+        on = _switch(training, "training", "compile")
+        return on, on
+    if "compile" in training:
+        raise CosearchError("training.compile", "given with a [compile] table (torchtitan's later layout): give one")
+    table = _table(doc, "compile")
+    parts = table.get("components", ["model", "loss"])
+    if not isinstance(parts, list) or not all(p in ("model", "loss") for p in parts):
+        raise CosearchError("compile.components", f"expects a list of \"model\" and \"loss\" (got {parts!r})")
+    if table.get("backend", "inductor") != "inductor":
+        raise CosearchError("compile.backend", f"expects inductor, the backend that fuses kernels "
+                            f"(got {table['backend']!r})")
+    on = _switch(table, "compile", "enable")
+    return on and "model" in parts, on and "loss" in parts
+
+
+def _schedule(par: dict[str, Any]) -> str:
+    """The cosearch schedule of ``pipeline_parallel_schedule`` (1F1B when absent); PyTorch's other schedules
+    (GPipe, LoopedBFS, InterleavedZeroBubble, DualPipeV) and unknown names are refused, not estimated as 1F1B."""
+    name = par.get("pipeline_parallel_schedule", "1F1B")
+    if not isinstance(name, str) or name.lower() not in _SCHEDULES_IN:
+        raise CosearchError("parallelism.pipeline_parallel_schedule", f"expects {', '.join(_SCHEDULES.values())} "
+                            f"(got {name!r}); PyTorch's other schedules are not modelled")
+    return _SCHEDULES_IN[name.lower()]
 
 
 def _model(model: Any) -> dict[str, Any]:
@@ -250,6 +332,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
     kernel SDPA picks (:func:`cosearch._cells.sdpa_attention`).
     """
     doc = _parse(text)
+    _check_names(doc)
     m = _model(model)
     if "gpu" not in cluster or "gpus" not in cluster:
         raise CosearchError("--gpus" if "gpu" in cluster else "--gpu", "required with --torchtitan-toml (the TOML "
@@ -274,8 +357,9 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
     local = _number(tr, "training", "local_batch_size", 8)
     gb = _number(tr, "training", "global_batch_size", -1, also=(-1,))  # -1: local batch x dp
     gb = local * dp if gb == -1 else gb
-    interleave = 1
+    interleave, schedule = 1, None
     if pp > 1:
+        schedule = _schedule(par)
         micro = _number(par, "parallelism", "pipeline_parallel_microbatch_size", 1)
         if "pipeline_parallel_layers_per_stage" in par:
             lps = _number(par, "parallelism", "pipeline_parallel_layers_per_stage", 1)
@@ -284,17 +368,23 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
                 raise CosearchError("parallelism.pipeline_parallel_layers_per_stage",
                                     f"{lps} does not divide the layers per rank")
             interleave = layers // (pp * lps)
-        elif str(par.get("pipeline_parallel_schedule", "1F1B")) in ("Interleaved1F1B", "ZBVZeroBubble"):
+        elif schedule != "1f1b":
             raise CosearchError("parallelism.pipeline_parallel_layers_per_stage", "required with an interleaved schedule")
     else:
         micro = local
     converters = _table(doc, "model").get("converters", [])
-    if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
-        raise CosearchError("model.converters", f"expects a list of names such as [\"float8\"] (got {converters!r})")
-    if str(tr.get("mixed_precision_param", "bfloat16")) != "bfloat16":
-        raise CosearchError("training.mixed_precision_param", "cosearch models bf16 (and fp8) torchtitan training, "
-                            "not fp32")
-    precision = "fp8" if "float8" in converters else "bf16"
+    if not isinstance(converters, list) or not all(c == "float8" for c in converters):  # mx (MXFP8): not modelled
+        raise CosearchError("model.converters", f"expects [] or [\"float8\"] (got {converters!r})")
+    param = tr.get("mixed_precision_param", "bfloat16")
+    if param != "bfloat16":
+        raise CosearchError("training.mixed_precision_param", f"expects bfloat16 (got {param!r}): cosearch models "
+                            "bf16 (and fp8) torchtitan training, not fp32")
+    if _switch(tr, "training", "enable_cpu_offload"):
+        raise CosearchError("training.enable_cpu_offload", "true: FSDP's CPU offload is not mapped; set false")
+    if m.get("experts") and _number(par, "parallelism", "expert_parallel_degree", 1) > 1:
+        raise CosearchError("parallelism.expert_parallel_degree", "torchtitan's expert parallelism (dp2ep) is not "
+                            "mapped; use 1")
+    precision = "fp8" if converters else "bf16"
     mode = str(ac.get("mode", "selective"))
     if mode not in ("none", "selective", "full"):
         raise CosearchError("activation_checkpoint.mode", f"expects none, selective or full (got {mode!r})")
@@ -306,18 +396,17 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
         mode = "op"
     m["seq_len"] = (_number(tr, "training", "seq_len", 1) if "seq_len" in tr
                     else whole(m.get("seq_len", 2048), "model.seq_len"))
-    compiled = _switch(tr, "training", "compile")
-    # torch.compile fuses the memory-bound ops and, with the model, the loss (torchtitan's compiled loss_fn)
+    model_compiled, loss_compiled = _compiled(doc, tr)
+    # torch.compile fuses the memory-bound ops of the model and of the loss (torchtitan's compiled loss_fn)
     training: dict[str, Any] = {"global_batch": gb, "precision": precision, "attention": sdpa_attention(torch_version),
-                                "fusion": "fused" if compiled else "eager",
-                                "cross_entropy": "fused" if compiled else "eager"}
+                                "fusion": "fused" if model_compiled else "eager",
+                                "cross_entropy": "fused" if loss_compiled else "eager"}
     if "steps" in tr:
         training["tokens"] = float(_number(tr, "training", "steps", 1) * gb * m["seq_len"])
-    sched_in = {v: k for k, v in _SCHEDULES.items()}.get(str(par.get("pipeline_parallel_schedule", "1F1B")))
     # async TP is micro-pipelined by the compiler: without compile the flag has no effect
     overlap = _switch(par, "parallelism", "enable_async_tensor_parallel") and training["fusion"] == "fused"
     plan = {"tp": tp, "pp": pp, "cp": cp, "microbatch": micro, "interleave": interleave, "recompute": mode,
-            "schedule": "zb-v" if pp > 1 and sched_in == "zb-v" else None,
+            "schedule": "zb-v" if schedule == "zb-v" else None,
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
             "tp_comm_overlap": overlap,
             "tp_overlap_passes": tp_overlap_passes("torchtitan") if overlap else "all",
