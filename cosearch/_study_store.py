@@ -132,15 +132,25 @@ def _profile_key(profile: Profile) -> dict[str, Any]:
     return json.loads(json.dumps(profile.model_dump(mode="json"), sort_keys=True))
 
 
+def _has_study(storage: BaseStorage, name: str) -> bool:
+    """Whether ``storage`` holds study ``name``: one lookup by name, not a read of every study."""
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
 def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str, kind: str,
-                profile: Profile = DEFAULT_PROFILE) -> optuna.Study:
+                profile: Profile = DEFAULT_PROFILE) -> tuple[optuna.Study, bool]:
+    """Study ``name``, opened (checked against the space, kind and profile) or created; and whether this call
+    created it (a run that fails before storing a trial removes only a study it created)."""
     _quiet_optuna()
     if not isinstance(name, str) or not name.strip():
         raise CosearchError("--study", "give the study a name")
     if len(name) > MAX_STUDY_NAME:
         raise CosearchError("--study", f"a name of at most {MAX_STUDY_NAME} characters (got {len(name):,})")
-    existing = {s.study_name: s for s in storage.get_all_studies()}
-    if name in existing:
+    if _has_study(storage, name):
         study = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())
         info = study.user_attrs.get(ATTR)
         if not isinstance(info, Mapping) and not study.get_trials(deepcopy=False) \
@@ -148,7 +158,7 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
                                                else optuna.study.StudyDirection.MINIMIZE for d in space.directions]:
             # a run killed between creating the study and describing it: finish creating it
             logger.warning("study %r was left half-created by an interrupted run: completing it", name)
-            return _describe_study(study, space, method, kind, profile)
+            return _describe_study(study, space, method, kind, profile), False
         if not isinstance(info, Mapping):
             raise CosearchError("--study", f"study {name!r} exists but was not made by cosearch; use another name")
         if _space_key(info.get("space", {})) != _space_key(space.to_dict()):
@@ -159,10 +169,10 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
         if info.get("profile", _profile_key(DEFAULT_PROFILE)) != _profile_key(profile):
             raise CosearchError("--profile", f"study {name!r} was evaluated with another efficiency profile; resume it "
                                 "with the same --profile, or use another --study name")
-        return study
+        return study, False
     study = optuna.create_study(study_name=name, storage=storage, directions=space.directions,
                                 sampler=optuna.samplers.RandomSampler())
-    return _describe_study(study, space, method, kind, profile)
+    return _describe_study(study, space, method, kind, profile), True
 
 
 def _describe_study(study: optuna.Study, space: SearchSpace, method: str, kind: str, profile: Profile) -> optuna.Study:

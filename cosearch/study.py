@@ -105,8 +105,7 @@ def run_study(
     if method == "exhaustive":  # refuse before a study is created
         space._require_finite("exhaustive search")
     kind = "exhaustive" if method == "exhaustive" else "sampled"
-    existed = any(s.study_name == study_name for s in st.get_all_studies())
-    study = _open_study(space, study_name, st, method, kind, profile)
+    study, created = _open_study(space, study_name, st, method, kind, profile)
     try:
         failed = fail_stale_trials(study)
         if failed:
@@ -117,6 +116,6 @@ def run_study(
             return _run_optuna(space, study, method, int(n_trials), seed, batch_size, callback, timeout, profile, budget)
         return _run_scipy(space, study, method, int(n_trials), seed, callback, timeout, profile)
     except BaseException:
-        if not existed:
+        if created:
             _drop_if_empty(study)
         raise

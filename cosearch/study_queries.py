@@ -245,6 +245,24 @@ FRONT_COLUMNS = ("step_time_s", "mfu", "memory_gib", "gpus", "time_to_train_days
                  "step_time_low_s", "step_time_high_s", "time_to_train_low_days", "time_to_train_high_days")
 
 
+#: Front columns that count (GPUs, parallel degrees, batch sizes), by last dotted part: the metric ``gpus`` is stored
+#: as a float. GPU inventories (``cluster.inventory.<gpu>``, ``plan.gpus_by_type.<gpu>``) are counts too.
+_COUNTS = frozenset(("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "microbatch", "interleave", "global_batch",
+                     "zero_group", "gpus_per_node", "nvlink_domain", "leaf_gpus"))
+_COUNT_PREFIXES = ("cluster.inventory.", "plan.gpus_by_type.")
+
+
+def _counts_as_int(df: pd.DataFrame) -> pd.DataFrame:
+    """Count columns (:data:`_COUNTS`) holding whole numbers in every row as integers, so a table or CSV
+    shows 64, not 64.0; a column with a missing value stays float."""
+    for c in df.columns:
+        v = df[c]
+        if (c.rsplit(".", 1)[-1] in _COUNTS or c.startswith(_COUNT_PREFIXES)) and v.dtype.kind == "f" \
+                and np.isfinite(v).all() and (v == v.round()).all():
+            df[c] = v.astype("int64")
+    return df
+
+
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
@@ -258,7 +276,8 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def pareto_front(study: optuna.Study) -> pd.DataFrame:
     """Feasible non-dominated stored trials over the study's objectives, one row each, sorted by
-    the first objective: ``trial``, the objectives, key metrics, then the scenario (dotted keys).
+    the first objective: ``trial``, the objectives, key metrics, then the scenario (dotted keys); counts
+    (``gpus``, ``plan.tp``, ...) as integers.
     An objective without a value (the cost on a GPU without a price) ranks as its worst and shows
     as missing: the fastest plan stays on the front even when its cost is unknown."""
     info = study_info(study)
@@ -281,7 +300,7 @@ def pareto_front(study: optuna.Study) -> pd.DataFrame:
             row["model"] = sc.pop("model")
         row.update(_flatten(sc))
         rows.append(row)
-    df = pd.DataFrame(rows)
+    df = _counts_as_int(pd.DataFrame(rows))
     asc = directions[0] != "maximize"
     return df.sort_values(objectives[0], ascending=asc, kind="stable").reset_index(drop=True)
 

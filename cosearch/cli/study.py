@@ -106,7 +106,8 @@ def check_rows(rows: int) -> None:
         raise CosearchError("--rows", f"must be 1 or more (got {rows})")
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace, storage: Any = None) -> int:
+    """`cosearch run` in this process; ``storage``: the opened ``--storage`` when the caller has it (`--workers`)."""
     from ..samplers import check_method
     from ..search.space import load_space
     from ..model.profile import DEFAULT_PROFILE
@@ -127,7 +128,8 @@ def run_command(args: argparse.Namespace) -> int:
         from ..calibration import read_profile_file
 
         profile, calibrated = read_profile_file(args.profile)
-    storage = _as_storage(args.storage)  # once: the stored method (auto) and the run read it
+    if storage is None:
+        storage = _as_storage(args.storage)  # once: the stored method (auto) and the run read it
     method = resume_method(asked, space, args.study, storage)
     timeout = None if args.timeout is None else max(0.0, args.timeout - (time.monotonic() - t_start))
     if method == "exhaustive" and timeout is not None and space.size / EXHAUSTIVE_POINTS_PER_S > timeout:
@@ -221,9 +223,8 @@ def _shared_budget(args: argparse.Namespace, space: Any, storage: Any, method: s
     url = _storage_value(args.storage)
     if storage_kind(url) == "sqlite" and storage_file(url) is None:
         return None, False  # in-memory SQLite: no other process can reach the study
-    existed = any(s.study_name == args.study for s in storage.get_all_studies())
-    study = open_for_workers(space, args.study, url, method, args.trials, st=storage, profile=profile)
-    return TrialBudget(study, args.trials, study_lock(url, args.study)), not existed
+    study, created = open_for_workers(space, args.study, url, method, args.trials, st=storage, profile=profile)
+    return TrialBudget(study, args.trials, study_lock(url, args.study)), created
 
 
 def _store_target(study: Any, n_trials: int) -> None:

@@ -88,8 +88,9 @@ def _profile(path: str | None) -> Any:
 
 
 def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: str, n_trials: int | None,
-                     st: Any = None, profile: Any = None) -> Any:
-    """Open (or create) a sampled study for several workers and store its trial target."""
+                     st: Any = None, profile: Any = None) -> tuple[Any, bool]:
+    """Open (or create) a sampled study for several workers and store its trial target; and whether this call
+    created the study."""
     import optuna
 
     from ..samplers import OPTUNA_SAMPLERS, resolve_method
@@ -104,7 +105,7 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
     st = st if st is not None else open_storage(storage)
     for attempt in range(20):
         try:
-            study = _open_study(space, study_name, st, method, "sampled", profile or _profile(None))
+            study, created = _open_study(space, study_name, st, method, "sampled", profile or _profile(None))
             break
         except optuna.exceptions.DuplicatedStudyError:  # another worker created it just now
             continue
@@ -120,7 +121,7 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
             set_target(study, n_trials)
     elif get_target(study) is None:
         raise CosearchError("--trials", f"study {study_name!r} has no trial target yet: pass --trials N")
-    return study
+    return study, created
 
 
 def work(space: Any, study_name: str, storage: str | None = None, sampler: str | None = None,
@@ -129,20 +130,20 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
     """Be one worker of ``study_name``: run trials until the study's target is reached.
 
     Returns :class:`cosearch.study.StudyResult` of this worker's share."""
-    from .._study_store import stored_method
+    from .._study_store import _has_study, stored_method
     from ..scaleout import TrialBudget, get_target, study_lock, worker_seed
     from ..study import _as_space, check_seed, run_study
 
     check_seed(seed)
     space = _as_space(space)
     st = open_storage(storage)
-    names = {s.study_name for s in st.get_all_studies()}
-    if study_name not in names and n_trials is None:
+    exists = _has_study(st, study_name)
+    if not exists and n_trials is None:
         raise CosearchError("--study", f"no study named {study_name!r} in that storage; start it with "
                             f"`cosearch run SPACE --study {study_name} --trials N` or pass --trials N")
-    method = sampler or (stored_method(st, study_name) if study_name in names else None) or "tpe"
+    method = sampler or (stored_method(st, study_name) if exists else None) or "tpe"
     profile = profile or _profile(None)
-    study = open_for_workers(space, study_name, storage, method, n_trials, st=st, profile=profile)
+    study, _ = open_for_workers(space, study_name, storage, method, n_trials, st=st, profile=profile)
     target = get_target(study)
     budget = TrialBudget(study, target, study_lock(storage, study_name))
     try:
@@ -185,7 +186,8 @@ def _extend_run(run: argparse.ArgumentParser) -> None:
     run.set_defaults(func=dispatch)
 
 
-def _run_scaled(args: argparse.Namespace, single: Callable[[argparse.Namespace], int]) -> int:
+def _run_scaled(args: argparse.Namespace, single: Callable[..., int]) -> int:
+    """`run` with --workers or --dask; the storage is opened once (only when they are given) and passed on."""
     from ..samplers import check_method
 
     workers = getattr(args, "workers", 1)
@@ -198,25 +200,27 @@ def _run_scaled(args: argparse.Namespace, single: Callable[[argparse.Namespace],
 
     check_seed(getattr(args, "seed", None))  # before any worker starts
     method = check_method(getattr(args, "sampler", None) or "auto")
+    st = None
     if method == "auto" and (address or workers > 1):  # one process: run_command resolves it the same way
         from ..search.space import load_space
-        from ..study import _as_storage, resume_method
+        from ..study import resume_method
 
         # an existing study continues with its own method (_study_store.resume_method)
-        method = resume_method(method, load_space(args.space), args.study, _as_storage(_storage_value(args.storage)))
+        st = open_storage(_storage_value(args.storage))
+        method = resume_method(method, load_space(args.space), args.study, st)
         args.sampler = method
     if address and method != "exhaustive":
         raise CosearchError("--dask", "distributes the exhaustive enumeration: add --sampler exhaustive "
                             "(sampled studies scale with --workers / cosearch worker)")
     if method == "exhaustive" and (address or workers > 1):
-        return _run_dask(args, single, address or f"local:{workers}")
+        return _run_dask(args, single, address or f"local:{workers}", st)
     if workers == 1:
         return single(args)
     cores = usable_cores()
     if workers > cores:
         print(f"warning: --workers {workers} exceeds the {cores} usable CPU core(s); workers will compete for "
               f"them (often slower than --workers {cores})", file=sys.stderr)
-    return _run_local_workers(args, single, workers, method)
+    return _run_local_workers(args, single, workers, method, st)
 
 
 #: Local worker processes per usable core at most: beyond a few, more only compete for the cores.
@@ -231,9 +235,9 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _run_dask(args: argparse.Namespace, single: Callable[[argparse.Namespace], int], address: str) -> int:
+def _run_dask(args: argparse.Namespace, single: Callable[..., int], address: str, st: Any = None) -> int:
     """Enumerate on a dask cluster into the study, then let `run` (which finds the enumeration
-    complete) print the front as usual."""
+    complete) print the front as usual. ``st``: the storage when the caller opened it already."""
     from ..distributed import dask_sweep, parse_dask_address
     from ..study import run_study
 
@@ -258,20 +262,23 @@ def _run_dask(args: argparse.Namespace, single: Callable[[argparse.Namespace], i
               f"({d['setup_s']:.1f} s start-up), front {res.index.size}", file=sys.stderr)
         return res.to_exhaustive(space)
 
-    storage = _storage_value(getattr(args, "storage", None))
-    run_study(args.space, args.study, storage, sampler="exhaustive", profile=_profile(getattr(args, "profile", None)),
+    st = st if st is not None else open_storage(_storage_value(getattr(args, "storage", None)))
+    run_study(args.space, args.study, st, sampler="exhaustive", profile=_profile(getattr(args, "profile", None)),
               exhaustive=runner)
-    return single(args)
+    return single(args, storage=st)
 
 
-def _run_local_workers(args: argparse.Namespace, single: Callable[[argparse.Namespace], int], workers: int,
-                       method: str) -> int:
+def _run_local_workers(args: argparse.Namespace, single: Callable[..., int], workers: int, method: str,
+                       st: Any = None) -> int:
+    """Start ``workers`` `cosearch worker` processes on the study, wait for them, then let `run` print the front.
+    ``st``: the storage when the caller opened it already."""
     from ..scaleout import TrialBudget, spawn_workers, study_lock, wait_workers
 
     storage = _storage_value(getattr(args, "storage", None))
+    st = st if st is not None else open_storage(storage)
     n_trials = int(getattr(args, "trials", None) or 1000)
-    study = open_for_workers(args.space, args.study, storage, method, n_trials,
-                             profile=_profile(getattr(args, "profile", None)))
+    study, _ = open_for_workers(args.space, args.study, storage, method, n_trials, st=st,
+                                profile=_profile(getattr(args, "profile", None)))
     seed = getattr(args, "seed", 0)
     argv_common = [str(Path(args.space).resolve()), "--study", args.study, "--sampler", method, "--quiet"]
     if storage is not None:
@@ -303,7 +310,7 @@ def _run_local_workers(args: argparse.Namespace, single: Callable[[argparse.Name
         if done < n_trials:
             return 1
     # the study is complete: the single-process command resumes nothing and prints the front
-    return single(args)
+    return single(args, storage=st)
 
 
 def _progress(counter: Any, total: int, workers: int) -> Callable[..., None]:
