@@ -21,6 +21,13 @@ Checks (printed, and in results/prediction_interval.json):
   the other sources only (their own leave-one-source-out residuals, each fit also without the
   held-out source) and checked on the held-out source's residuals.
 
+MoE band: the same construction on the mixture-of-experts runs (published_runs_moe.csv), whose errors are
+wider than the dense rows'. Residuals are experiments/validate.py's leave-one-source-out ones (each MoE
+source predicted by a profile fitted on the dense rows and the other MoE sources); the level is the
+smallest from 80 % in 0.05 steps whose nested coverage (band from the other MoE sources' residuals,
+those fits not redone without the held-out source) reaches 75-85 %. Rows with routed experts take it
+(cosearch.model.interval); it is the ``moe`` section of the yaml.
+
 Writes cosearch/data/prediction_interval.yaml (read by cosearch.model.interval) and
 experiments/results/prediction_interval.json. Re-run after any model change:
 ``python experiments/prediction_interval.py``.
@@ -43,8 +50,9 @@ sys.path.insert(0, str(HERE))
 
 from calibrate_default import PARAMS, START  # noqa: E402
 from cosearch.fingerprint import model_fingerprint  # noqa: E402
-from cosearch.calibration import _subset, cross_validate  # noqa: E402
+from cosearch.calibration import _subset, cross_validate, fit_profile, log_errors  # noqa: E402
 from cosearch.validation import Candidates, build_candidates, load_published_runs  # noqa: E402
+from cosearch.validation_moe import MOE_PATH  # noqa: E402
 
 COVERAGE = 0.8   # what the band promises on a new source
 LEVEL = 0.85     # the conformal level that keeps that promise under between-source shift (docstring)
@@ -99,6 +107,45 @@ def nested_covered(c: Candidates, r: np.ndarray, coverage: float = LEVEL) -> tup
         bands[str(s)] = (lo, hi)
         out[~others] = covered(r[~others], lo, hi)
     return out, bands
+
+
+# ----------------------------------------------------------------------------------- MoE band
+def moe_residuals() -> tuple[np.ndarray, np.ndarray]:
+    """(r, source) per MoE row: r = log(measured / predicted), each MoE source predicted by a profile fitted
+    on the dense rows and the other MoE sources (experiments/validate.py's leave-one-source-out)."""
+    both = build_candidates(pd.concat([load_published_runs(), pd.read_csv(MOE_PATH)], ignore_index=True))
+    is_moe = both.rows["experts"].fillna(0).to_numpy() > 0
+    src = both.rows.loc[is_moe, "source_id"].astype(str).to_numpy()
+    r = np.full(len(src), np.nan)
+    for s in np.unique(src):
+        test = np.zeros(len(both.rows), dtype=bool)
+        test[np.flatnonzero(is_moe)[src == s]] = True
+        fit = fit_profile(_subset(both, ~test), PARAMS, START)
+        r[src == s] = -log_errors(_subset(both, test), fit.profile)
+    return r, src
+
+
+def nested_from_residuals(r: np.ndarray, src: np.ndarray, level: float) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
+    """Per row: whether its residual lies in the band of the other sources' residuals; each source's band."""
+    out, bands = np.zeros(len(r), dtype=bool), {}
+    for s in np.unique(src):
+        lo, hi = conformal_bounds(r[src != s], level)
+        bands[str(s)] = (lo, hi)
+        out[src == s] = covered(r[src == s], lo, hi)
+    return out, bands
+
+
+def moe_analysis() -> dict:
+    """The MoE band: the smallest level (from COVERAGE, 0.05 steps) whose nested coverage reaches 75-85 %."""
+    r, src = moe_residuals()
+    for level in np.arange(COVERAGE, 0.96, 0.05).round(2):
+        nested, bands = nested_from_residuals(r, src, level)
+        if nested.mean() >= COVERAGE - 0.05:
+            break
+    lo, hi = conformal_bounds(r, level)
+    per_source = {str(s): float(nested[src == s].mean()) for s in np.unique(src)}
+    return {"residuals": r, "sources": src, "level": float(level), "log_low": lo, "log_high": hi,
+            "in_band": covered(r, lo, hi), "nested": nested, "nested_bands": bands, "nested_per_source": per_source}
 
 
 # ----------------------------------------------------------------------------------- regimes
@@ -170,11 +217,26 @@ def main() -> None:
         "made_by": "experiments/prediction_interval.py",
         "date": today,
     }
+    moe = moe_analysis()
+    doc["moe"] = {
+        "log_low": round(moe["log_low"], 6), "log_high": round(moe["log_high"], 6),
+        "factor_low": round(math.exp(moe["log_low"]), 4), "factor_high": round(math.exp(moe["log_high"]), 4),
+        "rows": len(moe["residuals"]), "sources": sorted(set(map(str, moe["sources"]))), "level": moe["level"],
+        "method": (f"split-conformal {moe['level']:.0%} central band of the leave-one-source-out residuals of "
+                   "published_runs_moe.csv (profile refitted on the dense rows and the other MoE sources); level: "
+                   "the smallest from 80 % in 0.05 steps whose nested coverage (band from the other MoE sources' "
+                   "residuals) reaches 75-85 %; taken by rows with routed experts"),
+        "checks": {"loso_coverage": round(float(moe["in_band"].mean()), 4),
+                   "nested_loso_coverage": round(float(moe["nested"].mean()), 4),
+                   "nested_loso_coverage_source_mean": round(float(np.mean(list(moe["nested_per_source"].values()))), 4)},
+    }
     OUT_YAML.write_text("# 80 % prediction interval of step-time estimates (cosearch.model.interval).\n"
                         "# Made by experiments/prediction_interval.py; do not edit by hand.\n"
                         + yaml.safe_dump(doc, sort_keys=False))
     OUT_JSON.parent.mkdir(exist_ok=True)
     report = {**doc, "nested_bands": {k: [round(a, 6), round(b, 6)] for k, (a, b) in res["nested_bands"].items()},
+              "moe_nested_bands": {k: [round(a, 6), round(b, 6)] for k, (a, b) in moe["nested_bands"].items()},
+              "moe_nested_coverage_per_source": {k: round(v, 4) for k, v in moe["nested_per_source"].items()},
               "table": table.round(4).to_dict("records"), "model_fingerprint": model_fingerprint()}
     OUT_JSON.write_text(json.dumps(report, indent=2))
 
@@ -184,6 +246,11 @@ def main() -> None:
           f"{res['nested'].mean():.1%} of rows, {res['nested_source_mean']:.1%} averaged over sources")
     print("nested bands (held-out source: factors from the others): " + ", ".join(
         f"{k} x[{math.exp(a):.3f}, {math.exp(b):.3f}]" for k, (a, b) in res["nested_bands"].items()))
+    m = doc["moe"]
+    print(f"MoE: {m['rows']} rows from {len(m['sources'])} sources; band (conformal level {m['level']:.0%}) step time "
+          f"x [{m['factor_low']:.3f}, {m['factor_high']:.3f}]; coverage on its residuals {m['checks']['loso_coverage']:.1%}, "
+          f"nested {m['checks']['nested_loso_coverage']:.1%} of rows ("
+          + ", ".join(f"{k} {v:.0%}" for k, v in moe["nested_per_source"].items()) + ")")
     show = table.copy()
     for col in ("coverage", "nested_coverage"):
         show[col] = (100 * show[col]).map("{:.1f} %".format)

@@ -337,6 +337,11 @@ def moe_report(dense: "object", profile, out_dir: Path) -> dict:
                              "error", "error_lomo", "reason"]].to_dict(orient="records")
     print(worst[["row_id", "model", "gpu", "measured_step_s", "predicted_step_s", "error", "reason"]]
           .to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    low, high = interval_factors(moe=True)  # the shipped MoE band, made from these rows' held-out residuals
+    ratio = df["measured_step_s"] / df["predicted_step_s"]
+    report["band_80_coverage"] = float(((ratio >= low) & (ratio <= high)).mean())
+    print(f"MoE 80 % band x[{low:.3f}, {high:.3f}] (cosearch/data/prediction_interval.yaml, moe): holds "
+          f"{report['band_80_coverage']:.1%} of these rows in-sample (nested coverage: experiments/prediction_interval.py)")
     report["fits_in_memory"] = {"stated_plan_rows": int(len(df)), "predicted_to_fit": int(df["fits"].sum()),
                                 "not_fitting": df.loc[~df["fits"], "row_id"].astype(int).tolist()}
     report["model_fingerprint"] = model_fingerprint()

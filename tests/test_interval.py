@@ -212,3 +212,72 @@ def test_nested_leave_one_source_out_coverage_keeps_the_80_percent_promise():
     r = pi.loso_residuals(c)
     nested, _ = pi.nested_covered(c, r)
     assert 0.75 <= float(nested.mean()) <= 0.85
+
+
+MOE_SCENARIO = {"model": "mixtral-8x7b", "training": {"global_batch": 256, "precision": "bf16", "tokens": 1.0e12},
+                "cluster": {"gpu": "h100-sxm", "gpus": 64},
+                "plan": {"tp": 2, "pp": 1, "ep": 8, "microbatch": 1, "recompute": "full", "zero": 1,
+                         "sequence_parallel": True}}
+
+
+def test_moe_rows_take_the_moe_band_from_the_shipped_file():
+    """A model with routed experts gets the file's ``moe`` band (its errors are wider than dense ones), a dense
+    model the dense band; the factors are read from the yaml here, not from the module."""
+    doc = yaml.safe_load(SHIPPED.read_text())
+    m_lo, m_hi = math.exp(doc["moe"]["log_low"]), math.exp(doc["moe"]["log_high"])
+    d_lo, d_hi = math.exp(doc["log_low"]), math.exp(doc["log_high"])
+    assert m_hi > d_hi  # the MoE runs' residuals are wider
+    r = estimate(MOE_SCENARIO)
+    t = r["step_time_s"]
+    assert r["step_time_interval_s"] == pytest.approx([t * m_lo, t * m_hi], rel=1e-12)
+    assert r["time_to_train_interval_days"] == pytest.approx([r["time_to_train_days"] * m_lo,
+                                                              r["time_to_train_days"] * m_hi], rel=1e-12)
+    dense = estimate({**MOE_SCENARIO, "model": "llama2-7b", "plan": {**MOE_SCENARIO["plan"], "ep": 1}})
+    assert dense["step_time_interval_s"] == pytest.approx([dense["step_time_s"] * d_lo, dense["step_time_s"] * d_hi],
+                                                          rel=1e-12)
+
+
+def test_moe_band_per_row_in_a_mixed_batch():
+    """The vectorized path picks the band row by row: dense and MoE rows of one batch each get their own."""
+    from cosearch import evaluate
+    from cosearch.scenario import load_scenario, scenario_columns
+
+    rows = [scenario_columns(load_scenario(MOE_SCENARIO)),
+            scenario_columns(load_scenario({**MOE_SCENARIO, "model": "llama2-7b", "plan": {**MOE_SCENARIO["plan"], "ep": 1}}))]
+    cols = {k: np.array([float(np.asarray(r.get(k, np.nan)).reshape(-1)[0]) for r in rows])
+            for k in set(rows[0]) | set(rows[1])}
+    out = evaluate(cols)
+    ratio_hi = out["step_time_high_s"] / out["step_time_s"]
+    assert ratio_hi[0] == pytest.approx(interval.interval_factors(moe=True)[1], rel=1e-12)
+    assert ratio_hi[1] == pytest.approx(interval.interval_factors()[1], rel=1e-12)
+
+
+def test_file_without_moe_band_gives_moe_rows_the_dense_band(monkeypatch, caplog):
+    import cosearch.data
+
+    doc = yaml.safe_load(SHIPPED.read_text())
+    doc["moe"] = {"log_low": 0.2, "log_high": 0.5}  # does not hold the estimate: refused, logged
+    original = cosearch.data.data_text
+    monkeypatch.setattr(cosearch.data, "data_text",
+                        lambda name: yaml.safe_dump(doc) if name == interval.INTERVAL_FILE else original(name))
+    interval.reload()
+    try:
+        with caplog.at_level("WARNING"):
+            assert interval.interval_factors(moe=True) == interval.interval_factors()
+        assert "moe band" in caplog.text
+    finally:
+        monkeypatch.undo()
+        interval.reload()
+    assert interval.interval_factors(moe=True)[1] > interval.interval_factors()[1]
+
+
+def test_moe_band_nested_coverage_keeps_the_80_percent_promise():
+    """The MoE band recomputed from the current model: made from the other MoE sources, it holds 75-85 % of each
+    held-out source's rows taken together, and the shipped MoE band covers 70-90 % of today's residuals."""
+    pi = _script()
+    res = pi.moe_analysis()
+    assert len(res["residuals"]) >= 60 and np.isfinite(res["residuals"]).all()
+    assert 0.75 <= float(res["nested"].mean()) <= 0.85
+    moe = yaml.safe_load(SHIPPED.read_text())["moe"]
+    cov = float(pi.covered(res["residuals"], moe["log_low"], moe["log_high"]).mean())
+    assert 0.70 <= cov <= 0.90, f"the shipped MoE band covers {cov:.1%}: re-run python experiments/prediction_interval.py"

@@ -103,7 +103,8 @@ def _training(c, step):
     """:func:`.training.training_metrics` of the rows of ``c`` at ``step`` seconds per step."""
     watts = pw.drawn_w(c["power_w"], c["power_limit_w"])  # a power-limited GPU draws at most its limit
     return training_metrics(step, c["global_batch"] * c["seq_len"], c["gpus"] * c["price_usd_per_gpu_hour"],
-                            c["gpus"] * watts, c["tokens"], c["target_tokens"], c["critical_batch_tokens"])
+                            c["gpus"] * watts, c["tokens"], c["target_tokens"], c["critical_batch_tokens"],
+                            moe=c["experts"] > 0)
 
 
 def _deferred_training(c, n: int, out: dict) -> None:

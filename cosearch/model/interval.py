@@ -3,7 +3,9 @@
 ``data/prediction_interval.yaml`` (made by experiments/prediction_interval.py) holds the
 split-conformal band ``[log_low, log_high]`` of leave-one-source-out residuals
 log(measured / predicted) on the published training runs: a prediction ``t`` becomes the band
-``[t * exp(log_low), t * exp(log_high)]``. The file is read once, through
+``[t * exp(log_low), t * exp(log_high)]``. Its ``moe`` section holds the band of the mixture-of-experts
+runs, made the same way from their own residuals (wider: the MoE rows' errors are), which rows with
+routed experts take. The file is read once, through
 :func:`cosearch.data.data_text` (so ``COSEARCH_DATA_DIR`` may replace it). Without the file there
 is no band: both factors are NaN (logged once), and every ``*_low``/``*_high`` metric is NaN.
 """
@@ -39,16 +41,35 @@ def interval_info() -> dict[str, Any]:
     if not lo <= 0.0 <= hi:
         log.warning("%s: band [%g, %g] does not contain the estimate; ignored", INTERVAL_FILE, lo, hi)
         return {}
-    return {**doc, "log_low": lo, "log_high": hi}
+    return {**doc, "log_low": lo, "log_high": hi, "moe": _moe_band(doc.get("moe"))}
 
 
-@lru_cache(maxsize=1)
-def interval_factors() -> tuple[float, float]:
-    """(low, high) factors on a step-time estimate for its prediction interval; (NaN, NaN) without a band."""
+def _moe_band(part: Any) -> dict[str, Any] | None:
+    """The file's ``moe`` section with float bounds, or None (absent or unusable: MoE rows then take the
+    dense band, logged)."""
+    if part is None:
+        return None
+    try:
+        lo, hi = float(part["log_low"]), float(part["log_high"])
+    except (KeyError, TypeError, ValueError) as err:
+        log.warning("%s: moe band unreadable (%s); MoE estimates take the dense band", INTERVAL_FILE, err)
+        return None
+    if not lo <= 0.0 <= hi:
+        log.warning("%s: moe band [%g, %g] does not contain the estimate; MoE estimates take the dense band",
+                    INTERVAL_FILE, lo, hi)
+        return None
+    return {**part, "log_low": lo, "log_high": hi}
+
+
+@lru_cache(maxsize=2)
+def interval_factors(moe: bool = False) -> tuple[float, float]:
+    """(low, high) factors on a step-time estimate for its prediction interval; (NaN, NaN) without a band.
+    ``moe``: the band of models with routed experts (the dense one where the file has none)."""
     info = interval_info()
     if not info:
         return math.nan, math.nan
-    return math.exp(info["log_low"]), math.exp(info["log_high"])
+    band = (info.get("moe") if moe else None) or info
+    return math.exp(band["log_low"]), math.exp(band["log_high"])
 
 
 def interval_coverage() -> float:
