@@ -64,7 +64,7 @@ def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 #: The budgets `best` takes (a subset of the space's constraint keys, same metrics).
-_LIMITS = {k: CONSTRAINT_METRICS[k] for k in ("max_cost_usd", "max_gpus", "max_days", "max_days_high")}
+_LIMITS = {k: CONSTRAINT_METRICS[k] for k in ("max_cost_usd", "max_gpus", "max_days", "max_days_high", "max_cost_usd_high")}
 
 
 def _qualifying(trials: Sequence[FrozenTrial], objective: str, limits: Mapping[str, float | None]) -> list[FrozenTrial]:
@@ -119,14 +119,15 @@ def _check_has_values(study: optuna.Study, metrics: Mapping[str, str], feas: lis
 
 def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float | None = None,
          max_gpus: float | None = None, max_days: float | None = None,
-         max_days_high: float | None = None) -> dict[str, Any] | None:
+         max_days_high: float | None = None, max_cost_usd_high: float | None = None) -> dict[str, Any] | None:
     """The best feasible stored trial on ``objective`` (default: the study's first) under the
     limits, or None when no stored trial qualifies. Ties go to the cheaper, then smaller, then
-    earlier trial. Answered from stored trials only (no model run). ``max_days_high`` bounds the
-    pessimistic time to train (upper end of the 80 % prediction interval); ``step_time_interval_s``
+    earlier trial. Answered from stored trials only (no model run). ``max_days_high`` and
+    ``max_cost_usd_high`` bound the pessimistic time and cost to train (upper end of the 80 % prediction interval); ``step_time_interval_s``
     in the result is that interval of the step time as stored (None for studies made before it)."""
     obj = _check_objective(study, objective)
-    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
+    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high,
+              "max_cost_usd_high": max_cost_usd_high}
     for k, v in limits.items():
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf):
             raise CosearchError(f"--{k.replace('_', '-')}", f"must be a finite positive number (got {v!r})")
@@ -204,7 +205,8 @@ def _stored_band(m: Mapping[str, Any], key: str, unit: str) -> list[float] | Non
 
 
 def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd: float | None = None,
-                max_gpus: float | None = None, max_days: float | None = None, max_days_high: float | None = None) -> str:
+                max_gpus: float | None = None, max_days: float | None = None, max_days_high: float | None = None,
+                max_cost_usd_high: float | None = None) -> str:
     """One line saying why :func:`best` found nothing (which limit is out of reach)."""
     info = study_info(study)
     feas = feasible_trials(study)
@@ -212,7 +214,8 @@ def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd:
     if not feas:
         return f"no feasible configuration in study {study.study_name!r} ({n_all} trials, none feasible)"
     parts = []
-    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high}
+    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high,
+              "max_cost_usd_high": max_cost_usd_high}
     stored = (info.get("summary") or {}).get("front_metrics") or []
     enumerate_again = info.get("kind") == "exhaustive" and not all(
         _LIMITS[k] in stored for k, v in limits.items() if v is not None)

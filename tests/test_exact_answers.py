@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from cosearch.search.space import direction, parse_space
-from cosearch.study import best, run_study
+from cosearch.study import best, run_study, why_nothing
 from conftest import GPT3_SMALL_SPACE, run_cli
 
 SMALL = {**GPT3_SMALL_SPACE, "constraints": {"max_cost_usd": 2.0e6}}
@@ -57,6 +57,19 @@ def test_budget_not_among_objectives_is_exact(exhaustive):
     assert res["value"] == pytest.approx(brute(m, "mfu", gpus=512, cost_to_train_usd=1.5e6), rel=1e-12)
     # a budget nothing meets
     assert best(study, objective="mfu", max_days_high=float(days[0]) / 2) is None
+
+
+def test_pessimistic_cost_budget_is_exact(exhaustive):
+    """`best --max-cost-usd-high`: the cheapest-at-worst bound on the band's upper end, against brute force."""
+    study, m = exhaustive
+    cost = np.sort(np.asarray(m["cost_to_train_high_usd"], dtype=float)[np.asarray(m["feasible"], dtype=bool)])
+    limit = float(cost[len(cost) // 3])
+    res = best(study, objective="step_time_s", max_cost_usd_high=limit)
+    assert res["value"] == pytest.approx(brute(m, "step_time_s", cost_to_train_high_usd=limit), rel=1e-12)
+    assert res["metrics"]["cost_to_train_high_usd"] <= limit
+    assert best(study, objective="step_time_s", max_cost_usd_high=float(cost[0]) / 2) is None
+    msg = why_nothing(study, objective="step_time_s", max_cost_usd_high=float(cost[0]) / 2)
+    assert "--max-cost-usd-high" in msg and f"lowest cost_to_train_high_usd in the space: {cost[0]:,.4g}" in msg
 
 
 def test_on_front_answers_stay_stored(exhaustive):
@@ -125,8 +138,6 @@ def test_published_runs_refit_of_the_default_is_refused(tmp_path, capsys):
 
 
 def test_why_nothing_reports_the_space_minimum(exhaustive):
-    from cosearch.study import why_nothing
-
     study, m = exhaustive
     low = brute(m, "time_to_train_high_days")
     msg = why_nothing(study, objective="mfu", max_days_high=low / 2)

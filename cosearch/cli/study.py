@@ -63,6 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-days", type=float, default=None, help="upper bound on time_to_train_days")
     p.add_argument("--max-days-high", type=float, default=None, help="upper bound on time_to_train_high_days (the "
                    "pessimistic end of the 80 %% prediction interval)")
+    p.add_argument("--max-cost-usd-high", type=float, default=None, help="upper bound on cost_to_train_high_usd (the "
+                   "pessimistic end of the 80 %% prediction interval)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=best_command)
 
@@ -321,7 +323,7 @@ def best_command(args: argparse.Namespace) -> int:
 
     study = load_study(args.study, args.storage)
     kw = dict(objective=args.objective, max_cost_usd=args.max_cost_usd, max_gpus=args.max_gpus, max_days=args.max_days,
-              max_days_high=args.max_days_high)
+              max_days_high=args.max_days_high, max_cost_usd_high=args.max_cost_usd_high)
     res = best(study, **kw)
     if res is None:
         print(why_nothing(study, **kw), file=sys.stderr)
