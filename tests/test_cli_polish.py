@@ -180,3 +180,16 @@ def test_a_closed_pipe_ends_quietly(monkeypatch):
 
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["estimate", "examples/gpt3-175b.yaml", "--json"]) == 141
+
+
+def test_readme_quickstart_output_is_what_estimate_prints():
+    """The README's sample output block is the first lines `cosearch estimate examples/gpt3-175b.yaml` prints
+    now: a model change that moves the quick-start answer makes this fail until the README is updated."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```text\n1024 x a100-80gb", 1)[1].split("```", 1)[0]
+    shown = ("1024 x a100-80gb" + block).strip().splitlines()
+    out = subprocess.run([sys.executable, "-m", "cosearch", "estimate", str(ROOT / "examples" / "gpt3-175b.yaml")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    printed = [ln.rstrip() for ln in out.stdout.splitlines()[:len(shown)]]
+    assert printed == [ln.rstrip() for ln in shown]
