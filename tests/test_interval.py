@@ -281,3 +281,25 @@ def test_moe_band_nested_coverage_keeps_the_80_percent_promise():
     moe = yaml.safe_load(SHIPPED.read_text())["moe"]
     cov = float(pi.covered(res["residuals"], moe["log_low"], moe["log_high"]).mean())
     assert 0.70 <= cov <= 0.90, f"the shipped MoE band covers {cov:.1%}: re-run python experiments/prediction_interval.py"
+
+
+def test_front_table_bands_the_first_banded_objective():
+    """The front table shows the band of a column it shows: the first objective that has one (step time here),
+    not time to train, which is not a column of a step-time/cost-per-step front."""
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from cosearch.cli.study import print_front
+
+    front = pd.DataFrame({"trial": [0], "step_time_s": [2.0], "cost_usd_per_step": [1.0], "mfu": [0.5],
+                          "memory_gib": [40.0], "gpus": [64], "time_to_train_days": [3.0],
+                          "step_time_low_s": [1.7], "step_time_high_s": [2.3],
+                          "time_to_train_low_days": [2.5], "time_to_train_high_days": [3.4]})
+    buf = io.StringIO()
+    print_front(Console(file=buf, width=400), front, ["step_time_s", "cost_usd_per_step"], rows=5)
+    assert "step_time_s 80 % band" in buf.getvalue() and "1.7-2.3" in buf.getvalue()
+    buf = io.StringIO()
+    print_front(Console(file=buf, width=400), front, ["cost_usd_per_step"], rows=5)
+    assert "time_to_train_days 80 % band" in buf.getvalue() and "2.5-3.4" in buf.getvalue()

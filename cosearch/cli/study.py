@@ -294,9 +294,11 @@ def _band(m: Any, key: str) -> str:
 
 
 def print_front(out: Console, front: Any, objectives: Sequence[str], rows: int) -> None:
-    """The front as a table: objectives, the 80 % band of time to train (else of step time), key metrics, plan."""
+    """The front as a table: objectives, the 80 % band of the first objective that has one (else of time to train,
+    else of step time), key metrics, plan."""
     cols = ["trial"] + list(objectives) + [c for c in ("mfu", "memory_gib", "gpus") if c not in objectives]
-    band_of = next((k for k in ("time_to_train_days", "step_time_s") if k in front.columns and BANDS[k][0] in front.columns
+    banded = [c for c in objectives if c in BANDS] + ["time_to_train_days", "step_time_s"]
+    band_of = next((k for k in banded if k in front.columns and BANDS[k][0] in front.columns
                     and front[BANDS[k][0]].notna().any()), None)
     if "p90_time_to_train_days" in front.columns and "p90_time_to_train_days" not in objectives:
         cols.insert(len(objectives) + 1, "p90_time_to_train_days")
