@@ -164,7 +164,9 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
         else:
             result["warnings"] = range_warnings(calibrated_range, sc, result["params"])
     for gpu in sc.cluster.inventory or [sc.cluster.gpu]:
-        for assumed in (hardware.efficiency_warning(gpu), hardware.attention_warning(gpu, sc.training.attention)):
+        for assumed in (hardware.efficiency_warning(gpu),
+                        hardware.fp8_efficiency_warning(gpu, sc.training.precision, profile.fp8_matmul_relative),
+                        hardware.attention_warning(gpu, sc.training.attention)):
             if assumed:  # catalog efficiency not measured on this GPU
                 result["warnings"].append(assumed)
     hidden_warning = _hidden_reduction_warning(_num(out["dp_reduce_hidden_s"]), step)

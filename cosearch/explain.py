@@ -241,10 +241,11 @@ def _verified(sc: Scenario, entry: dict[str, Any], base: dict[str, Any], profile
 # --- the whole explanation ----------------------------------------------------------------------
 
 
-def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> dict[str, Any]:
+def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5, calibrated_range: Any = None) -> dict[str, Any]:
     """Explain one scenario (path, dict or Scenario): breakdowns, limiter and suggested changes.
 
-    Returns a JSON-able dict with ``estimate`` (the full :func:`cosearch.estimate` result),
+    Returns a JSON-able dict with ``estimate`` (the full :func:`cosearch.estimate` result, its ``warnings``
+    included; ``calibrated_range`` as there),
     ``time`` (parts with seconds, share, label), ``memory`` (parts in GiB against usable HBM),
     ``limits`` (``limiter`` in compute | memory | communication | bubble, a ``reason``, the shares,
     the largest overhead), ``suggestion`` (the feasible change that cuts the step time most, or
@@ -252,7 +253,7 @@ def explain(scenario: Any, profile: Profile | None = None, *, top: int = 5) -> d
     (the ``top`` best changes).
     """
     sc = load_scenario(scenario)
-    r = estimate(sc, profile)
+    r = estimate(sc, profile, calibrated_range=calibrated_range)
     if sc.cluster.inventory is not None:  # hook: several GPU types (cosearch.inventory)
 
         cols = inventory_link_columns(sc)

@@ -65,7 +65,9 @@ def catalog() -> dict[str, dict[str, Any]]:
     block (:func:`matmul_eta`), ``legacy_attention_efficiency`` (the fraction of 16-bit peak that
     attention kernels written for an older architecture reach; NaN: no cap), ``attention_speedup``
     (the GPU's own attention kernel relative to the profile's ratio to its GEMM rate; 1 unless
-    measured), ``efficiency_measured`` (bool), ``efficiency_source`` and ``efficiency_assumption`` (None when measured). A null price becomes NaN (cost outputs empty)."""
+    measured), ``efficiency_measured`` (bool, of the bf16 efficiency and of a given fp8 one), ``efficiency_fp8``
+    (:func:`fp8_status`), ``efficiency_source`` and ``efficiency_assumption`` (None when measured). A null price
+    becomes NaN (cost outputs empty)."""
     gpus = data_yaml("gpus.yaml", "gpus")
     ref = _reference_fraction(gpus)
     for gid, entry in gpus.items():
@@ -80,6 +82,7 @@ def catalog() -> dict[str, dict[str, Any]]:
         entry["legacy_attention_efficiency"] = float("nan") if legacy is None else float(legacy)
         entry["attention_speedup"] = float(eff.get("attention_speedup", 1.0))
         entry["efficiency_measured"] = bool(eff.get("measured", False))
+        entry["efficiency_fp8"] = fp8_status(entry)
         entry["efficiency_source"] = str(eff["source"])
         entry["efficiency_assumption"] = None if entry["efficiency_measured"] else str(
             eff.get("assumption") or "no public GEMM measurement; see efficiency.source")
@@ -92,6 +95,35 @@ def efficiency_warning(gpu_id: str) -> str | None:
     if entry["efficiency_measured"]:
         return None
     return f"{gpu_id}: no public GEMM measurement; matmul efficiency assumed ({entry['efficiency_assumption']})"
+
+
+def fp8_status(entry: dict[str, Any]) -> str:
+    """How a catalog entry's fp8 GEMM efficiency is known, since ``efficiency.measured`` alone cannot say:
+    ``measured``, ``assumed`` (with the bf16 one, see ``efficiency_assumption``), ``default`` (no fp8
+    measurement: the model uses :func:`fp8_eta_used`) or ``none`` (the GPU has no fp8 peak)."""
+    if not entry["peak_tflops"].get("fp8"):
+        return "none"
+    if entry["efficiency"].get("large_gemm_fp8") is None:
+        return "default"
+    return "measured" if entry["efficiency_measured"] else "assumed"
+
+
+def fp8_eta_used(entry: dict[str, Any], fp8_matmul_relative: float) -> float:
+    """The fp8 matmul efficiency the model uses for a catalog entry: its own, or without an fp8 measurement
+    the bf16 one x ``profile.fp8_matmul_relative`` (the rule of :func:`cosearch.model.evaluate.kernel_rates`)."""
+    eta_fp8 = entry["matmul_efficiency_fp8"]
+    return entry["matmul_efficiency"] * fp8_matmul_relative if math.isnan(eta_fp8) else eta_fp8
+
+
+def fp8_efficiency_warning(gpu_id: str, precision: str, fp8_matmul_relative: float) -> str | None:
+    """One line when an fp8 run on ``gpu_id`` uses the default fp8 matmul efficiency (no fp8 measurement), with
+    the value used: ``efficiency.measured`` describes the bf16 number, so :func:`efficiency_warning` is silent."""
+    entry = gpu(gpu_id)
+    if precision != "fp8" or entry["efficiency_fp8"] != "default":
+        return None
+    return (f"{gpu_id}: no public fp8 GEMM measurement; fp8 matmul efficiency assumed "
+            f"{fp8_eta_used(entry, fp8_matmul_relative):.3f} (the bf16 {entry['matmul_efficiency']:.3f} x "
+            f"profile.fp8_matmul_relative {fp8_matmul_relative:g})")
 
 
 #: GPUs FlashAttention-2 and the 2023 Triton kernel were written for (Ampere, and Ada, which shares its

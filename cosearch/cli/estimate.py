@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -16,13 +17,19 @@ from ..model.moe import expert_tp
 from ..model.profile import Profile
 
 
-def load_profile(path: str | None) -> Profile | None:
-    """A :class:`Profile` from a YAML file (as written by ``cosearch calibrate``), or None."""
+def profile_and_range(path: str | None) -> tuple[Profile | None, Any]:
+    """A :class:`Profile` from a YAML file (as written by ``cosearch calibrate``) and its calibrated range
+    (estimate warns outside it), or (None, None) without a file."""
     if not path:
-        return None
+        return None, None
     from ..calibration import read_profile_file
 
-    return read_profile_file(path)[0]
+    return read_profile_file(path)
+
+
+def load_profile(path: str | None) -> Profile | None:
+    """A :class:`Profile` from a YAML file (as written by ``cosearch calibrate``), or None."""
+    return profile_and_range(path)[0]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,11 +58,7 @@ def no_fit_line(r: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    profile, rng = None, None
-    if args.profile:
-        from ..calibration import read_profile_file
-
-        profile, rng = read_profile_file(args.profile)  # rng: calibrated range -> warnings outside it
+    profile, rng = profile_and_range(args.profile)
     result = estimate(scenario_from_args(args), profile, calibrated_range=rng)
     bad = NO_FIT_EXIT if args.require_fit and not result["fits"] else 0
     if args.json:
@@ -109,6 +112,26 @@ def by_type_table(r: dict) -> Table:
     return t
 
 
+def is_moe(r: dict) -> bool:
+    """Whether an estimate is of a mixture of experts (fewer active than total parameters)."""
+    return r.get("active_params") is not None and r["active_params"] < r["params"]
+
+
+def tflops_text(r: dict) -> str:
+    """``171.3`` model TFLOP/s per GPU; for a MoE also the figure counting all parameters, which other tools
+    quote: ``171.3 (active parameters; 1,234.5 counting all parameters)``."""
+    model = _fmt(r["model_tflops_per_gpu"], ".1f")
+    if not is_moe(r):
+        return model
+    return f"{model} (active parameters; {_fmt(r['total_param_tflops_per_gpu'], ',.1f')} counting all parameters)"
+
+
+def print_warnings(r: dict, console: Console) -> None:
+    """An estimate's warnings (assumed GPU efficiencies, calibrated range, hidden reductions), one line each."""
+    for w in r.get("warnings", []):
+        console.print(f"warning: {w}", style="yellow")
+
+
 def deeppool_rows(r: dict) -> list[tuple[str, str]]:
     """(label, text) rows of an estimate's DeepPool section (burst schedule, idle time, background job)."""
     d = r.get("deeppool")
@@ -138,8 +161,8 @@ def render(r: dict, console: Console) -> None:
     head = Table(show_header=False, box=None)
     head.add_row("step time", f"{_fmt(r['step_time_s'], '.4g')} s" + band_text(r, "step_time_interval_s", ".3g", " s"))
     head.add_row("throughput", f"{_fmt(r['tokens_per_s'], ',.0f')} tokens/s")
-    head.add_row("model TFLOP/s per GPU", f"{_fmt(r['model_tflops_per_gpu'], '.1f')}  (MFU {_fmt(100 * r['mfu'], '.1f')} %)")
-    if r.get("active_params") is not None and r["active_params"] < r["params"]:  # MoE: active vs total (issue 13)
+    head.add_row("model TFLOP/s per GPU", f"{tflops_text(r)}  (MFU {_fmt(100 * r['mfu'], '.1f')} %)")
+    if is_moe(r):  # MoE: active vs total (issue 13)
         head.add_row("parameters", f"{r['params'] / 1e9:,.1f}B total, {r['active_params'] / 1e9:,.1f}B active per token "
                      f"(MFU counts active; ep={pl.get('ep', 1)} etp={pl.get('etp') or pl['tp']})")
     fit = "fits" if r["fits"] else ("DOES NOT FIT", "red")
@@ -171,8 +194,7 @@ def render(r: dict, console: Console) -> None:
     console.print(head)
     if r.get("gpus_by_type"):
         console.print(by_type_table(r))
-    for w in r.get("warnings", []):
-        console.print(f"warning: {w}", style="yellow")
+    print_warnings(r, console)
     t = Table(title="step time", title_justify="left")
     t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")
     total = r["step_time_s"] or 1.0

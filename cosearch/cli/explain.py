@@ -11,7 +11,8 @@ from rich.text import Text
 from ._console import console
 from ..errors import CosearchError
 from ..explain import explain
-from .estimate import _fmt, band_text, cluster_text, deeppool_rows, load_profile, plan_text
+from .estimate import (_fmt, band_text, cluster_text, deeppool_rows, is_moe, plan_text, print_warnings, profile_and_range,
+                       tflops_text)
 
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 _BAR_WIDTH = 32
@@ -30,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise CosearchError("--top", f"must be 1 or more (got {args.top})")
-    result = explain(args.scenario, load_profile(args.profile), top=args.top)
+    profile, rng = profile_and_range(args.profile)
+    result = explain(args.scenario, profile, top=args.top, calibrated_range=rng)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -82,8 +84,11 @@ def render(x: dict, console: Console) -> None:
            if r["time_to_train_days"] else "")
     )
 
+    if is_moe(r):
+        console.print(f"model TFLOP/s per GPU: {tflops_text(r)}")
     for label, text in deeppool_rows(r):  # DeepPool burst / multiplexing (cosearch.model.burst)
         console.print(f"{label}: {text}")
+    print_warnings(r, console)
     t = Table(title="where the step time goes", title_justify="left", title_style="bold")
     t.add_column("part"); t.add_column("seconds", justify="right"); t.add_column("share", justify="right")
     t.add_column("", min_width=_BAR_WIDTH, no_wrap=True)
