@@ -172,7 +172,20 @@ def estimate(scenario: Any, profile: Profile | None = None, *, calibrated_range:
     hidden_warning = _hidden_reduction_warning(_num(out["dp_reduce_hidden_s"]), step)
     if hidden_warning:
         result["warnings"].append(hidden_warning)
+    dropping = _dropping_warning(sc.plan.capacity_factor if sc.model.experts else None)
+    if dropping:
+        result["warnings"].append(dropping)
     return Estimate(result)
+
+
+def _dropping_warning(capacity_factor: float | None) -> str | None:
+    """A warning when the expert capacity is below the mean load: then even perfectly balanced routing drops
+    tokens, and the step is faster for computing fewer of them (the quality cost is not modelled)."""
+    if capacity_factor is None or capacity_factor >= 1.0:
+        return None
+    return (f"plan.capacity_factor {capacity_factor:g} < 1: each expert keeps at most {capacity_factor:g}x the mean "
+            f"load, so at least {100 * (1 - capacity_factor):.0f} % of the token copies are dropped even with balanced "
+            "routing; the step time counts only the kept ones (the quality cost is not modelled)")
 
 
 #: Share of the step above which a gradient reduction the model hides under the backward pass is worth a warning.

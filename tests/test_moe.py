@@ -612,3 +612,18 @@ def test_a_width_with_nothing_to_apply_to_is_refused(field):
     with pytest.raises(CosearchError) as err:
         parse_scenario({"model": model, "training": {"global_batch": 8}, "cluster": {"gpu": "h100-sxm", "gpus": 8}})
     assert err.value.field == f"model.{field}"
+
+
+def test_capacity_below_the_mean_load_warns_that_tokens_are_dropped():
+    """capacity_factor < 1 drops token copies even with balanced routing: the step is shorter for computing
+    fewer of them, and estimate says so; dropless and capacity 1 (nothing dropped when balanced) stay silent."""
+    sc = {"model": "mixtral-8x7b", "training": {"global_batch": 256}, "cluster": {"gpu": "h100-sxm", "gpus": 64},
+          "plan": {"ep": 8, "zero": 1}}
+    half = estimate({**sc, "plan": {**sc["plan"], "capacity_factor": 0.5}})
+    dropless = estimate(sc)
+    assert half["step_time_s"] < dropless["step_time_s"]
+    [w] = [w for w in half["warnings"] if "capacity_factor" in w]
+    assert "0.5 < 1" in w and "at least 50 % of the token copies are dropped" in w
+    for plan in ({}, {"capacity_factor": 1.0}, {"capacity_factor": 1.25}):
+        r = estimate({**sc, "plan": {**sc["plan"], **plan}})
+        assert not any("capacity_factor" in w for w in r["warnings"])
