@@ -47,29 +47,28 @@ def test_stored_front_misses_the_true_best_mfu(exhaustive):
     assert best(study, objective="mfu")["value"] == pytest.approx(brute(m, "mfu"), rel=1e-12)
 
 
-def test_budget_not_among_objectives_is_exact(exhaustive):
+@pytest.mark.parametrize("budget, metric, objective", [
+    ("max_days_high", "time_to_train_high_days", "cost_to_train_usd"),
+    ("max_cost_usd_high", "cost_to_train_high_usd", "step_time_s"),  # best --max-cost-usd-high
+])
+def test_pessimistic_budget_off_the_objectives_is_exact(exhaustive, budget, metric, objective):
+    """A bound on the 80 % band's upper end (not an objective): exact against brute force; one out of reach
+    answers nothing, and why_nothing names it with the lowest value in the space."""
     study, m = exhaustive
-    days = np.sort(np.asarray(m["time_to_train_high_days"], dtype=float)[np.asarray(m["feasible"], dtype=bool)])
-    limit = float(days[len(days) // 2])
-    res = best(study, objective="cost_to_train_usd", max_days_high=limit)
-    assert res["value"] == pytest.approx(brute(m, "cost_to_train_usd", time_to_train_high_days=limit), rel=1e-12)
+    values = np.sort(np.asarray(m[metric], dtype=float)[np.asarray(m["feasible"], dtype=bool)])
+    limit = float(values[len(values) // 2])
+    res = best(study, objective=objective, **{budget: limit})
+    assert res["value"] == pytest.approx(brute(m, objective, **{metric: limit}), rel=1e-12)
+    assert res["metrics"][metric] <= limit
+    assert best(study, objective=objective, **{budget: float(values[0]) / 2}) is None
+    msg = why_nothing(study, objective=objective, **{budget: float(values[0]) / 2})
+    assert f"--{budget.replace('_', '-')}" in msg and f"lowest {metric} in the space: {values[0]:,.4g}" in msg
+
+
+def test_budgets_not_among_objectives_are_exact(exhaustive):
+    study, m = exhaustive
     res = best(study, objective="mfu", max_gpus=512, max_cost_usd=1.5e6)
     assert res["value"] == pytest.approx(brute(m, "mfu", gpus=512, cost_to_train_usd=1.5e6), rel=1e-12)
-    # a budget nothing meets
-    assert best(study, objective="mfu", max_days_high=float(days[0]) / 2) is None
-
-
-def test_pessimistic_cost_budget_is_exact(exhaustive):
-    """`best --max-cost-usd-high`: the cheapest-at-worst bound on the band's upper end, against brute force."""
-    study, m = exhaustive
-    cost = np.sort(np.asarray(m["cost_to_train_high_usd"], dtype=float)[np.asarray(m["feasible"], dtype=bool)])
-    limit = float(cost[len(cost) // 3])
-    res = best(study, objective="step_time_s", max_cost_usd_high=limit)
-    assert res["value"] == pytest.approx(brute(m, "step_time_s", cost_to_train_high_usd=limit), rel=1e-12)
-    assert res["metrics"]["cost_to_train_high_usd"] <= limit
-    assert best(study, objective="step_time_s", max_cost_usd_high=float(cost[0]) / 2) is None
-    msg = why_nothing(study, objective="step_time_s", max_cost_usd_high=float(cost[0]) / 2)
-    assert "--max-cost-usd-high" in msg and f"lowest cost_to_train_high_usd in the space: {cost[0]:,.4g}" in msg
 
 
 def test_on_front_answers_stay_stored(exhaustive):
