@@ -79,13 +79,21 @@ def regimes(df: pd.DataFrame) -> pd.DataFrame:
     }, index=df.index)
 
 
+#: Significant digits of the written results: the least-squares fits behind the held-out columns differ in the
+#: 10th digit from one CPU to another, which would rewrite every committed file on a fresh clone.
+DIGITS = 8
+CSV_FLOAT = f"%.{DIGITS}g"
+
+
 def _json_safe(obj):
-    """``obj`` with NaN floats as None, so the report is strict JSON."""
+    """``obj`` with NaN floats as None (strict JSON) and floats to :data:`DIGITS` significant digits."""
     if isinstance(obj, dict):
         return {k: _json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_json_safe(v) for v in obj]
-    return None if isinstance(obj, float) and obj != obj else obj
+    if isinstance(obj, float):
+        return None if obj != obj else float(f"{obj:.{DIGITS}g}")
+    return obj
 
 
 def stats_of(err: pd.Series) -> dict[str, float]:
@@ -110,7 +118,7 @@ def main() -> int:
     # the reasons are written for this repository's rows; another table's row ids mean other runs
     df["reason"] = [REASONS.get(int(r), "") if not args.csv else "" for r in df["row_id"]]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(args.out, index=False)
+    df.to_csv(args.out, index=False, float_format=CSV_FLOAT)
 
     pd.set_option("display.width", 220)
     pd.set_option("display.max_colwidth", 120)
@@ -234,7 +242,7 @@ def _held_out_set(profile, outdir: Path, name: str, path: Path, what: str) -> No
     runs = load_published_runs(path)
     df = validation_table(build_candidates(runs), profile)
     df["reason"] = [HELD_OUT_REASONS.get(int(r), "") for r in df["row_id"]]
-    df.to_csv(outdir / f"validation_{name}.csv", index=False)
+    df.to_csv(outdir / f"validation_{name}.csv", index=False, float_format=CSV_FLOAT)
     print(f"\nHeld-out dense runs ({path.name}: {what}; never fitted)")
     cols = ["row_id", "model", "gpu", "gpus", "tp", "pp", "cp", "microbatch", "interleave", "recompute", "zero",
             "measured_step_s", "predicted_step_s", "error", "fits", "reason"]
@@ -317,7 +325,7 @@ def moe_report(dense: "object", profile, out_dir: Path) -> dict:
             held[groups == g] = np.expm1(log_errors(_subset(both, test), fit.profile))
         df[name] = held
     df["reason"] = [MOE_REASONS.get(int(r), "") for r in df["row_id"]]
-    df.to_csv(out_dir / "validation_moe.csv", index=False)
+    df.to_csv(out_dir / "validation_moe.csv", index=False, float_format=CSV_FLOAT)
     report: dict = {"rows": int(len(df)), "overall": {}, "by": {}}
     schemes = (("in_sample", "error"), ("leave_one_model_out", "error_lomo"), ("leave_one_source_out", "error_loso"))
     for scheme, col in schemes:
