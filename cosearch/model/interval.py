@@ -31,34 +31,33 @@ def interval_info() -> dict[str, Any]:
 
     try:
         doc = yaml.safe_load(data_text(INTERVAL_FILE)) or {}
-        lo, hi = float(doc["log_low"]), float(doc["log_high"])
     except FileNotFoundError:
         log.warning("no %s: estimates carry no prediction interval (run experiments/prediction_interval.py)", INTERVAL_FILE)
         return {}
-    except (KeyError, TypeError, ValueError, yaml.YAMLError) as err:
+    except yaml.YAMLError as err:
         log.warning("%s is unreadable (%s): estimates carry no prediction interval", INTERVAL_FILE, err)
         return {}
-    if not lo <= 0.0 <= hi:
-        log.warning("%s: band [%g, %g] does not contain the estimate; ignored", INTERVAL_FILE, lo, hi)
+    dense = _bounds(doc, "band", "estimates carry no prediction interval")
+    if dense is None:
         return {}
-    return {**doc, "log_low": lo, "log_high": hi, "moe": _moe_band(doc.get("moe"))}
+    moe = doc.get("moe")
+    moe = None if moe is None else _bounds(moe, "moe band", "MoE estimates take the dense band")
+    return {**doc, "log_low": dense[0], "log_high": dense[1],
+            "moe": None if moe is None else {**doc["moe"], "log_low": moe[0], "log_high": moe[1]}}
 
 
-def _moe_band(part: Any) -> dict[str, Any] | None:
-    """The file's ``moe`` section with float bounds, or None (absent or unusable: MoE rows then take the
-    dense band, logged)."""
-    if part is None:
-        return None
+def _bounds(part: Any, what: str, otherwise: str) -> tuple[float, float] | None:
+    """(log_low, log_high) of a band section of the file, or None, logged with ``otherwise`` (what happens
+    then), when it is unreadable or does not contain the estimate (log 0)."""
     try:
         lo, hi = float(part["log_low"]), float(part["log_high"])
     except (KeyError, TypeError, ValueError) as err:
-        log.warning("%s: moe band unreadable (%s); MoE estimates take the dense band", INTERVAL_FILE, err)
+        log.warning("%s: %s unreadable (%s): %s", INTERVAL_FILE, what, err, otherwise)
         return None
     if not lo <= 0.0 <= hi:
-        log.warning("%s: moe band [%g, %g] does not contain the estimate; MoE estimates take the dense band",
-                    INTERVAL_FILE, lo, hi)
+        log.warning("%s: %s [%g, %g] does not contain the estimate: %s", INTERVAL_FILE, what, lo, hi, otherwise)
         return None
-    return {**part, "log_low": lo, "log_high": hi}
+    return lo, hi
 
 
 @lru_cache(maxsize=2)
