@@ -476,11 +476,11 @@ def terms(c, *, tok, s_loc, mb, m, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_
     # the heaviest layer as ZeRO-3 gathers it and offload streams it: a dense layer of the model, or a MoE layer
     # with its local routed experts; the largest single matrix: a fused QKV, output or fc1 weight
     no_dense = moe & (nd <= 0)  # a MoE model without leading dense layers
-    layer_params = ops.maximum(ops.where(no_dense, 0.0, dense_loc), ops.where(moe, moe_loc + exp_loc, 0.0))
+    dense_layer = ops.where(no_dense, 0.0, dense_loc)
+    layer_params = ops.maximum(dense_layer, ops.where(moe, moe_loc + exp_loc, 0.0))
     gathered_layer = None
     if ops.any(c["zero"] >= 3):  # experts not sharded (edp = 1) stay resident in full: nothing to gather
-        gathered_layer = ops.maximum(ops.where(no_dense, 0.0, dense_loc),
-                                     ops.where(moe, moe_loc + ops.where(edp > 1, exp_loc, 0.0), 0.0))
+        gathered_layer = ops.maximum(dense_layer, ops.where(moe, moe_loc + ops.where(edp > 1, exp_loc, 0.0), 0.0))
     largest_weight = None
     if not ops.all(ops.isnan(c["zero3_live_params"])):  # DeepSpeed's cap on live gathered parameters is set
         fc1 = h * g1 * ops.maximum(ops.maximum(ops.where(no_dense, 0.0, fd_loc), ops.where(moe, fs_loc, 0.0)),
