@@ -15,6 +15,7 @@ import yaml
 
 from .errors import CosearchError
 from .model.columns import EFFICIENCY_COLUMNS  # noqa: F401 - the columns catalog() fills, re-exported
+from .model.compute import fp8_matmul_eta
 from .data import data_yaml
 
 #: The model's GEMM time is ``t0 + max(2mnk / (eta * peak), bytes / bw)``; eta is a FIT with a
@@ -110,16 +111,17 @@ def fp8_status(entry: dict[str, Any]) -> str:
 
 def fp8_eta_used(entry: dict[str, Any], fp8_matmul_relative: float) -> float:
     """The fp8 matmul efficiency the model uses for a catalog entry: its own, or without an fp8 measurement
-    the bf16 one x ``profile.fp8_matmul_relative`` (the rule of :func:`cosearch.model.evaluate.kernel_rates`)."""
-    eta_fp8 = entry["matmul_efficiency_fp8"]
-    return entry["matmul_efficiency"] * fp8_matmul_relative if math.isnan(eta_fp8) else eta_fp8
+    the bf16 one x ``profile.fp8_matmul_relative`` (:func:`cosearch.model.compute.fp8_matmul_eta`, as the model)."""
+    return fp8_matmul_eta(entry["matmul_efficiency"], entry["matmul_efficiency_fp8"], fp8_matmul_relative)
 
 
 def fp8_efficiency_warning(gpu_id: str, precision: str, fp8_matmul_relative: float) -> str | None:
     """One line when an fp8 run on ``gpu_id`` uses the default fp8 matmul efficiency (no fp8 measurement), with
     the value used: ``efficiency.measured`` describes the bf16 number, so :func:`efficiency_warning` is silent."""
+    if precision != "fp8":
+        return None
     entry = gpu(gpu_id)
-    if precision != "fp8" or entry["efficiency_fp8"] != "default":
+    if entry["efficiency_fp8"] != "default":
         return None
     return (f"{gpu_id}: no public fp8 GEMM measurement; fp8 matmul efficiency assumed "
             f"{fp8_eta_used(entry, fp8_matmul_relative):.3f} (the bf16 {entry['matmul_efficiency']:.3f} x "

@@ -36,6 +36,12 @@ def gemm_time_s(m, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes=B
     return overhead_s + ops.maximum(flops / flops_per_s, traffic / hbm_bytes_per_s)
 
 
+def fp8_matmul_eta(eta, eta_fp8, relative):
+    """The fp8 matmul efficiency the model uses: the GPU's own ``eta_fp8``, or where it has no fp8 measurement
+    (NaN) its bf16 ``eta`` x ``relative`` (``profile.fp8_matmul_relative``). Floats or arrays."""
+    return ops.where(ops.isnan(eta_fp8), eta * relative, eta_fp8)
+
+
 def flash_attention_time_s(batch, seq_q, seq_kv, hidden_local, flops_per_s, causal=True):
     """Forward time of fused (flash) attention for ``seq_q`` queries against ``seq_kv`` keys.
 
