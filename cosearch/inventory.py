@@ -12,23 +12,25 @@ import numpy as np
 from . import hardware
 from .errors import CosearchError
 from .model.feasibility import check_scalar
-from .model.hetero import BY_TYPE, HARDWARE_COLUMNS, HETERO_CODES, common_columns, evaluate_hetero
+from .model.hetero import BY_TYPE, HETERO_CODES, common_columns, evaluate_hetero
 from .model.profile import DEFAULT_PROFILE, Profile
 
 from .scenario import (  # noqa: F401 - check_inventory_scenario, gpus_used re-exported
-    ClusterSpec, Scenario, check_inventory_scenario, gpus_used, hardware_values, parse_scenario, scenario_columns,
+    Scenario, check_inventory_scenario, gpus_used, parse_scenario, scenario_columns,
 )
 
 
 def type_hardware(name: str, precision: str) -> dict[str, float]:
-    """:data:`HARDWARE_COLUMNS` of one catalog GPU (no overrides: they are refused with an inventory)."""
-    return {k: v for k, v in hardware_values(ClusterSpec(gpu=name, gpus=1), precision).items() if k in HARDWARE_COLUMNS}
+    """:data:`~cosearch.model.hetero.HARDWARE_COLUMNS` of one catalog GPU (no overrides: they are refused with an
+    inventory): its catalog columns (:func:`cosearch.hardware.type_columns`, as the search path) and its peak at
+    ``precision`` (a one-line error if it lacks it)."""
+    return {"peak_tflops": hardware.peak_tflops(name, precision), **hardware.type_columns(name)}
 
 
 def unused_type_hardware(name: str) -> dict[str, float]:
-    """:data:`HARDWARE_COLUMNS` of a type the plan leaves idle: the catalog's columns with its peak NaN (never
-    read), as the search path gives it (:func:`cosearch.hardware.type_columns`), so that an idle V100 or T4
-    (no bf16) does not refuse a bf16 or fp8 plan on the other types."""
+    """:data:`~cosearch.model.hetero.HARDWARE_COLUMNS` of a type the plan leaves idle: the catalog's columns with
+    its peak NaN (never read), as the search path gives it (:func:`cosearch.hardware.type_columns`), so that an
+    idle V100 or T4 (no bf16) does not refuse a bf16 or fp8 plan on the other types."""
     return {"peak_tflops": float("nan"), **hardware.type_columns(name)}
 
 
