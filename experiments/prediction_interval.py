@@ -50,9 +50,9 @@ sys.path.insert(0, str(HERE))
 
 from calibrate_default import PARAMS, START  # noqa: E402
 from cosearch.fingerprint import model_fingerprint  # noqa: E402
-from cosearch.calibration import _subset, cross_validate, fit_profile, log_errors  # noqa: E402
+from cosearch.calibration import _subset, cross_validate  # noqa: E402
 from cosearch.validation import Candidates, build_candidates, load_published_runs  # noqa: E402
-from cosearch.validation_moe import MOE_PATH  # noqa: E402
+from validate import moe_held_out_log_errors  # noqa: E402
 
 COVERAGE = 0.8   # what the band promises on a new source
 LEVEL = 0.85     # the conformal level that keeps that promise under between-source shift (docstring)
@@ -113,16 +113,8 @@ def nested_covered(c: Candidates, r: np.ndarray, coverage: float = LEVEL) -> tup
 def moe_residuals() -> tuple[np.ndarray, np.ndarray]:
     """(r, source) per MoE row: r = log(measured / predicted), each MoE source predicted by a profile fitted
     on the dense rows and the other MoE sources (experiments/validate.py's leave-one-source-out)."""
-    both = build_candidates(pd.concat([load_published_runs(), pd.read_csv(MOE_PATH)], ignore_index=True))
-    is_moe = both.rows["experts"].fillna(0).to_numpy() > 0
-    src = both.rows.loc[is_moe, "source_id"].astype(str).to_numpy()
-    r = np.full(len(src), np.nan)
-    for s in np.unique(src):
-        test = np.zeros(len(both.rows), dtype=bool)
-        test[np.flatnonzero(is_moe)[src == s]] = True
-        fit = fit_profile(_subset(both, ~test), PARAMS, START)
-        r[src == s] = -log_errors(_subset(both, test), fit.profile)
-    return r, src
+    log_err, src = moe_held_out_log_errors("source_id")
+    return -log_err, src.astype(str)
 
 
 def nested_from_residuals(r: np.ndarray, src: np.ndarray, level: float) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:

@@ -308,22 +308,29 @@ MOE_REASONS = {
 }
 
 
+def moe_held_out_log_errors(key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(log(predicted / measured), the row's ``key``) per MoE row of published_runs_moe.csv, each group of MoE
+    rows sharing ``key`` ("model" or "source_id") predicted by a profile fitted on the dense rows and the other
+    MoE groups (leave-one-model-out / leave-one-source-out; also experiments/prediction_interval.py's MoE band)."""
+    both = build_candidates(pd.concat([load_published_runs(), pd.read_csv(MOE_PATH)], ignore_index=True))
+    is_moe = both.rows["experts"].fillna(0).to_numpy() > 0
+    groups = both.rows.loc[is_moe, key].to_numpy()
+    held = np.full(is_moe.sum(), np.nan)
+    for g in np.unique(groups):
+        test = np.zeros(len(both.rows), dtype=bool)
+        test[np.flatnonzero(is_moe)[groups == g]] = True
+        fit = fit_profile(_subset(both, ~test), PARAMS, START)
+        held[groups == g] = log_errors(_subset(both, test), fit.profile)
+    return held, groups
+
+
 def moe_report(dense: "object", profile, out_dir: Path) -> dict:
     """The MoE section: in-sample and held-out errors per model, source and GPU, worst rows."""
     moe = build_candidates(pd.read_csv(MOE_PATH))
     df = validation_table(moe, profile)
     df["ep"] = [moe.scenarios[i]["plan"]["ep"] for i in _chosen(moe, profile)]
-    both = build_candidates(pd.concat([load_published_runs(), pd.read_csv(MOE_PATH)], ignore_index=True))
-    is_moe = both.rows["experts"].fillna(0).to_numpy() > 0
     for name, key in (("error_lomo", "model"), ("error_loso", "source_id")):
-        held = np.full(is_moe.sum(), np.nan)
-        groups = both.rows.loc[is_moe, key].to_numpy()
-        for g in np.unique(groups):
-            test = np.zeros(len(both.rows), dtype=bool)
-            test[np.flatnonzero(is_moe)[groups == g]] = True
-            fit = fit_profile(_subset(both, ~test), PARAMS, START)
-            held[groups == g] = np.expm1(log_errors(_subset(both, test), fit.profile))
-        df[name] = held
+        df[name] = np.expm1(moe_held_out_log_errors(key)[0])
     df["reason"] = [MOE_REASONS.get(int(r), "") for r in df["row_id"]]
     df.to_csv(out_dir / "validation_moe.csv", index=False, float_format=CSV_FLOAT)
     report: dict = {"rows": int(len(df)), "overall": {}, "by": {}}
