@@ -39,7 +39,7 @@ from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import TrialState
 
 from ..errors import CosearchError
-from ._owners import fail_stale_trials, failed_with_result
+from ._owners import ABANDONED_ATTR, fail_stale_trials, failed_with_result
 from ._storage import storage_file
 
 logger = logging.getLogger(__name__)
@@ -300,16 +300,23 @@ class TrialBudget:
 
 
 def _rdb_counts(storage: RDBStorage, study_id: int) -> dict[str, int]:
-    """The same counts as :meth:`TrialBudget.counts` in two SQL aggregates."""
+    """The same counts as :meth:`TrialBudget.counts` in two SQL aggregates.
+
+    A FAIL trial counts as done as :func:`failed_with_result` has it: with metrics, and not marked
+    :data:`ABANDONED_ATTR` (optuna stores a system attribute's value as JSON, ``true`` for the mark)."""
+    import json
+
     import sqlalchemy
     from optuna.storages._rdb import models
 
-    T, A = models.TrialModel, models.TrialUserAttributeModel
+    T, A, S = models.TrialModel, models.TrialUserAttributeModel, models.TrialSystemAttributeModel
     by_state = (sqlalchemy.select(T.state, sqlalchemy.func.count())
                 .where(T.study_id == study_id).group_by(T.state))
     failed_with_metrics = (sqlalchemy.select(sqlalchemy.func.count()).select_from(T)
                            .where(T.study_id == study_id, T.state == TrialState.FAIL,
-                                  sqlalchemy.exists().where(A.trial_id == T.trial_id, A.key == METRICS_ATTR)))
+                                  sqlalchemy.exists().where(A.trial_id == T.trial_id, A.key == METRICS_ATTR),
+                                  ~sqlalchemy.exists().where(S.trial_id == T.trial_id, S.key == ABANDONED_ATTR,
+                                                             S.value_json == json.dumps(True))))
     n: dict[TrialState, int] = dict.fromkeys(TrialState, 0)
     with storage.engine.connect() as conn:
         for state, count in conn.execute(by_state):
