@@ -3,9 +3,12 @@ evaluated trial. ``failed_with_result`` says so; these are the places that kept 
 metrics counts) after it changed. Each test failed before its fix."""
 from __future__ import annotations
 
+import copy
+
 import optuna
 from optuna.trial import TrialState, create_trial
 
+from _studies import make_study
 from cosearch.storages import ABANDONED_ATTR, resolve_storage
 from cosearch.storages._scaleout import TrialBudget, _rdb_counts
 
@@ -43,3 +46,20 @@ def test_rdb_counts_skip_abandoned_trials_like_the_python_count(tmp_path):
     assert _rdb_counts(sqlite, rdb.study_id) == expected  # called directly: counts() falls back on a query error
     assert rdb.counts() == expected
 
+
+def test_report_leaves_out_abandoned_trials():
+    """``study_data`` took COMPLETE or FAIL-with-metrics trials (the old rule), so the report plotted an abandoned
+    trial beside the trial that redid it."""
+    study = make_study(None, "abandoned", n_trials=6, seed=1)
+    done = study.get_trials(deepcopy=False)
+    attrs = copy.deepcopy(done[0].user_attrs)
+    study.add_trials([
+        create_trial(state=TrialState.FAIL, user_attrs=attrs, system_attrs={ABANDONED_ATTR: True}),
+        create_trial(state=TrialState.FAIL, user_attrs=attrs),  # a FAIL with metrics, not abandoned: kept
+    ])
+    abandoned, kept = (t.number for t in study.get_trials(deepcopy=False)[-2:])
+    from cosearch.visualization import study_data
+
+    numbers = list(study_data(study).trials["trial"])
+    assert abandoned not in numbers
+    assert numbers == [t.number for t in done] + [kept]

@@ -15,6 +15,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from .._study_store import counts_as_trial
 from ..errors import CosearchError
 from ..model import BREAKDOWN_KEYS, MEMORY_KEYS
 from ..search.pareto import missing_as_worst, pareto_mask
@@ -153,9 +154,9 @@ def study_data(study: optuna.Study) -> StudyData:
     if not objectives:
         raise CosearchError("--study", f"study {study.study_name!r} names no objectives")
     directions = [str(d) for d in info.get("directions") or [direction_of(o) for o in objectives]]
-    trials: list[FrozenTrial] = [
+    trials: list[FrozenTrial] = [  # evaluated trials, as the study counts them (not one failed as abandoned)
         t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-        if isinstance(t.user_attrs.get("metrics"), Mapping)
+        if isinstance(t.user_attrs.get("metrics"), Mapping) and counts_as_trial(t)
     ]
     rows, scenarios, params, dists = [], [], [], []
     for t in trials:
