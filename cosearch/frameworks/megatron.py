@@ -178,9 +178,14 @@ def uneven_stages(sc: Scenario) -> tuple[int, int, int] | None:
 
 def flags(sc: Scenario) -> list[str]:
     """The Megatron-LM arguments of ``sc`` as a token list."""
-    lay = layout(sc, "Megatron-LM")
+    lay = layout(sc, "Megatron-LM")  # its refusals come before uneven_stages's
+    return _flags(sc, lay, uneven_stages(sc))
+
+
+def _flags(sc: Scenario, lay: dict[str, int], split: tuple[int, int, int] | None) -> list[str]:
+    """:func:`flags` with :func:`layout` and :func:`uneven_stages` already worked out (:func:`export` shares them
+    with its launcher line and :func:`_split_comment`)."""
     m, t, pl = sc.model, sc.training, sc.plan
-    split = uneven_stages(sc)
     megatron_core_schedule(sc, "Megatron-LM")
     if pl.offload != "none":
         raise refuse("plan.offload", f"{pl.offload!r}: this export maps no Megatron-LM offload flag; use 'none'")
@@ -321,9 +326,10 @@ def _a2a_overlap(sc: Scenario) -> list[Any]:
     return ["--overlap-moe-expert-parallel-comm"]
 
 
-def _split_comment(sc: Scenario) -> str:
-    """A comment line with the decoder layers of each pipeline stage of an uneven split ("" for an even one)."""
-    split, pl, mtp = uneven_stages(sc), sc.plan, sc.model.mtp_layers or 0
+def _split_comment(sc: Scenario, split: tuple[int, int, int] | None) -> str:
+    """A comment line with the decoder layers of each pipeline stage of an uneven split (:func:`uneven_stages`;
+    "" for an even one)."""
+    pl, mtp = sc.plan, sc.model.mtp_layers or 0
     if split is None:
         return ""
     middle = "" if pl.pp == 2 else f"{split[1]} x {pl.pp - 2} (middle), "
@@ -335,7 +341,8 @@ def _split_comment(sc: Scenario) -> str:
 def export(sc: Scenario) -> str:
     """``torchrun ... pretrain_gpt.py`` with the flags, one per line (shell continuation)."""
     lay = layout(sc, "Megatron-LM")
-    toks = flags(sc)
+    split = uneven_stages(sc)  # once, for the flags and the comment line
+    toks = _flags(sc, lay, split)
     lines, i = [], 0
     while i < len(toks):
         if i + 1 < len(toks) and not toks[i + 1].startswith("--"):
@@ -345,7 +352,7 @@ def export(sc: Scenario) -> str:
             lines.append(toks[i])
             i += 1
     head = (f"# {VERSION}: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}; add data, tokenizer and "
-            f"optimizer flags\n{_split_comment(sc)}"
+            f"optimizer flags\n{_split_comment(sc, split)}"
             f"torchrun --nnodes {lay['nodes']} --nproc-per-node {lay['gpus_per_node']} pretrain_gpt.py")
     return " \\\n    ".join([head] + lines) + "\n"
 
