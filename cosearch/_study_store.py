@@ -96,8 +96,8 @@ def load_study(study_name: str, storage: BaseStorage | str | None = None) -> opt
     """Open an existing study (one-line error naming the known studies when it does not exist)."""
     _quiet_optuna()
     st = _as_storage(storage, must_exist=True)
-    names = [s.study_name for s in st.get_all_studies()]
-    if study_name not in names:
+    if not _has_study(st, study_name):
+        names = [s.study_name for s in st.get_all_studies()]  # only to name them in the error
         where = mask_url(storage) if isinstance(storage, str) else "the default storage (./cosearch_studies.journal)" if storage is None else "this storage"
         known = ", ".join(sorted(names)) if names else "none"
         raise CosearchError("--study", f"no study named {study_name!r} in {where}; known studies: {known}")
@@ -108,12 +108,13 @@ def load_study(study_name: str, storage: BaseStorage | str | None = None) -> opt
 
 def stored_method(storage: BaseStorage, name: str) -> str | None:
     """The method cosearch stored for study ``name``; None when the storage has no such study or it
-    stored none."""
-    for s in storage.get_all_studies():
-        if s.study_name == name:
-            info = s.user_attrs.get(ATTR)
-            return str(info["method"]) if isinstance(info, Mapping) and info.get("method") else None
-    return None
+    stored none. One lookup by name, as :func:`_has_study`, not a read of every study."""
+    try:
+        sid = storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+    info = storage.get_study_user_attrs(sid).get(ATTR)
+    return str(info["method"]) if isinstance(info, Mapping) and info.get("method") else None
 
 
 def resume_method(sampler: str, space: SearchSpace, name: str, storage: BaseStorage) -> str:

@@ -36,9 +36,9 @@ def listings(monkeypatch):
 @pytest.mark.parametrize("url", ["sqlite:///{tmp}/s.db", "sqlite:///:memory:"])
 @pytest.mark.parametrize("sampler", ["auto", "tpe"])
 def test_a_sampled_run_lists_the_studies_at_most_once(tmp_path, space, listings, capsys, url, sampler):
-    """At most one listing per run: ``--sampler auto`` looks up the method the study stored
-    (``_study_store.stored_method``); opening or creating the study looks it up by name. It read the list 4 times
-    on a database file (5 with auto): twice to know whether the study existed, once per ``_open_study`` (the
+    """At most one listing per run (none now): opening or creating the study, and ``--sampler auto``'s lookup of
+    the method the study stored (``_study_store.stored_method``), look the study up by name. It read the list 4
+    times on a database file (5 with auto): twice to know whether the study existed, once per ``_open_study`` (the
     shared budget's and the run's), and auto's lookup."""
     url = url.format(tmp=tmp_path)
     for method, trials in (("tpe", "20"), (sampler, "40")):  # a new study, then resuming it (auto: with tpe)

@@ -141,7 +141,7 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
     if not exists and n_trials is None:
         raise CosearchError("--study", f"no study named {study_name!r} in that storage; start it with "
                             f"`cosearch run SPACE --study {study_name} --trials N` or pass --trials N")
-    method = sampler or (stored_method(st, study_name) if exists else None) or "tpe"
+    method = sampler or stored_method(st, study_name) or "tpe"
     profile = profile or _profile(None)
     study, _ = open_for_workers(space, study_name, storage, method, n_trials, st=st, profile=profile)
     target = get_target(study)
