@@ -60,13 +60,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise CosearchError("scenario", "give a scenario file or --study NAME")
     from ..estimate import estimate
+    from ..scenario import load_scenario
     from ..storages import storage_file
     from .estimate import no_fit_line
 
     refuse_overwrite("--out", args.out, {"scenario file": args.scenario if args.scenario else None,
                                           "study's storage": storage_file(args.storage) if args.study else None})
-    text = export(source, args.format)
-    nofit = no_fit_line(estimate(source))
+    sc = load_scenario(source)  # read and validated once: export and estimate both take the Scenario
+    text = export(sc, args.format)
+    nofit = no_fit_line(estimate(sc))
     if nofit:  # exported as asked, but the user should know before launching it
         print(f"warning: {nofit} (cosearch estimate); the launch would likely run out of memory", file=sys.stderr)
     if args.out:
