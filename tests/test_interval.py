@@ -160,9 +160,9 @@ def test_missing_band_gives_nan_and_a_clear_error(monkeypatch, caplog):
             raise FileNotFoundError(name)
         return original(name)
 
-    original = cosearch.data.data_text
+    original = cosearch.data.data_doc
     scenario = _space().scenarios(random_rows(_space(), 1, seed=0))[0]
-    monkeypatch.setattr(cosearch.data, "data_text", missing)
+    monkeypatch.setattr(cosearch.data, "data_doc", missing)
     interval.reload()
     try:
         with caplog.at_level("WARNING"):
@@ -252,14 +252,11 @@ def test_moe_band_per_row_in_a_mixed_batch():
     assert ratio_hi[1] == pytest.approx(interval.interval_factors()[1], rel=1e-12)
 
 
-def test_file_without_moe_band_gives_moe_rows_the_dense_band(monkeypatch, caplog):
-    import cosearch.data
-
+def test_file_without_moe_band_gives_moe_rows_the_dense_band(tmp_path, monkeypatch, caplog):
     doc = yaml.safe_load(SHIPPED.read_text())
     doc["moe"] = {"log_low": 0.2, "log_high": 0.5}  # does not hold the estimate: refused, logged
-    original = cosearch.data.data_text
-    monkeypatch.setattr(cosearch.data, "data_text",
-                        lambda name: yaml.safe_dump(doc) if name == interval.INTERVAL_FILE else original(name))
+    (tmp_path / interval.INTERVAL_FILE).write_text(yaml.safe_dump(doc))
+    monkeypatch.setenv("COSEARCH_DATA_DIR", str(tmp_path))
     interval.reload()
     try:
         with caplog.at_level("WARNING"):
@@ -269,6 +266,30 @@ def test_file_without_moe_band_gives_moe_rows_the_dense_band(monkeypatch, caplog
         monkeypatch.undo()
         interval.reload()
     assert interval.interval_factors(moe=True)[1] > interval.interval_factors()[1]
+
+
+def test_data_dir_band_file_is_read_safely(tmp_path, monkeypatch, caplog):
+    """A COSEARCH_DATA_DIR prediction_interval.yaml was parsed by plain yaml.safe_load, past the safe reader's
+    caps the data module promises for user files: a billion-laughs alias file (10**9 leaves once anything walks
+    it) was taken, its band used. Now it is refused at once, logged with the file's path: no band."""
+    import time
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]  # 10**9 leaves expanded
+    path = tmp_path / interval.INTERVAL_FILE
+    path.write_text("\n".join(lines + ["log_low: -0.1", "log_high: 0.1"]) + "\n")
+    monkeypatch.setenv("COSEARCH_DATA_DIR", str(tmp_path))
+    interval.reload()
+    try:
+        start = time.perf_counter()
+        with caplog.at_level("WARNING"):
+            assert all(math.isnan(f) for f in interval.interval_factors())
+        assert time.perf_counter() - start < 5.0
+        assert "no prediction interval" in caplog.text and "aliases" in caplog.text and str(path) in caplog.text
+    finally:
+        monkeypatch.undo()
+        interval.reload()
+    assert interval.interval_factors()[1] > 1.0
 
 
 def test_moe_band_nested_coverage_keeps_the_80_percent_promise():

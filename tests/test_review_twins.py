@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import cosearch.data
 from cosearch import hardware
 from cosearch.errors import CosearchError
 from cosearch.inventory import type_hardware
@@ -32,3 +33,33 @@ def test_type_hardware_is_the_scenario_path(gpu, precision):
     got = type_hardware(gpu, precision)
     assert set(got) == set(want) == set(HARDWARE_COLUMNS)
     assert all(_same(got[k], want[k]) for k in want), gpu
+
+
+def test_data_dir_copies_are_parsed_by_the_safe_reader(tmp_path, monkeypatch):
+    """Every YAML data file goes through cosearch.data.data_doc: a COSEARCH_DATA_DIR copy with an alias is
+    refused with a one-line error naming that copy (instances.yaml named only the file; profile_published.yaml
+    was parsed by plain yaml.safe_load, aliases and all)."""
+    from cosearch.cloud import catalog
+    from cosearch.model.profile import _published_profile
+
+    monkeypatch.setenv("COSEARCH_DATA_DIR", str(tmp_path))
+    for name, read in (("instances.yaml", catalog.load_catalog), ("profile_published.yaml", _published_profile),
+                       ("gpus.yaml", lambda: cosearch.data.data_yaml("gpus.yaml", "gpus"))):
+        path = tmp_path / name
+        path.write_text("a: &a [1, 2]\nb: *a\n")
+        with pytest.raises(CosearchError) as err:
+            read()
+        assert err.value.field == f"COSEARCH_DATA_DIR: {path}" and "aliases" in str(err.value), str(err.value)
+        path.unlink()
+    catalog.clear_cache()
+
+
+def test_shipped_data_files_parse_as_before(monkeypatch):
+    """The shipped files (no COSEARCH_DATA_DIR) come back as plain yaml.safe_load gives them."""
+    from importlib import resources
+
+    import yaml
+
+    monkeypatch.delenv("COSEARCH_DATA_DIR", raising=False)
+    for name in ("gpus.yaml", "instances.yaml", "models.yaml", "prediction_interval.yaml", "profile_published.yaml"):
+        assert cosearch.data.data_doc(name) == yaml.safe_load(resources.files("cosearch.data").joinpath(name).read_text())

@@ -24,8 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import hardware
-from ..data import data_text
-from .._files import parse_yaml
+from ..data import data_doc
 from .._numbers import Float, kind_of
 from ..errors import CosearchError
 
@@ -254,7 +253,7 @@ class Catalog:
 
 @lru_cache(maxsize=8)
 def _load(extra: tuple[str, ...], _key: tuple) -> Catalog:
-    data = parse_yaml(data_text(FILE), FILE) or {}  # a COSEARCH_DATA_DIR copy is a user file: the safe parser
+    data = data_doc(FILE) or {}  # a COSEARCH_DATA_DIR copy is a user file: data_doc reads it safely
     origin = FILE
     for path in extra:
         data = _merge(data, _read(path))

@@ -43,19 +43,32 @@ def data_text(name: str) -> str:
     return _read(name)[0]
 
 
-def data_yaml(name: str, key: str) -> Any:
-    """The ``key`` section of YAML data file ``name`` (a mapping), parsed with the user-file caps where it comes
-    from ``COSEARCH_DATA_DIR``; a one-line error naming the file when the section is missing or not a mapping."""
+def data_doc(name: str) -> Any:
+    """YAML data file ``name`` parsed: a ``COSEARCH_DATA_DIR`` copy through the safe reader (size, binary, alias
+    and depth caps; a one-line CosearchError naming that path), the shipped one as it is (safe loader, libyaml's
+    where installed). FileNotFoundError where neither exists."""
+    return _doc(name)[0]
+
+
+def _doc(name: str) -> tuple[Any, str]:
+    """(:func:`data_doc`, what errors name: the ``COSEARCH_DATA_DIR`` copy or the shipped file's name)."""
     text, path = _read(name)
-    where = f"{DATA_DIR_VAR}: {path}" if path is not None else name
     if path is None:
         import yaml
 
-        doc = yaml.safe_load(text)
-    else:
-        from .._files import parse_yaml
+        from .._files import _Loader
 
-        doc = parse_yaml(text, where)
+        return yaml.load(text, Loader=_Loader), name  # noqa: S506 - a SafeLoader; the shipped files are ours
+    from .._files import parse_yaml
+
+    where = f"{DATA_DIR_VAR}: {path}"
+    return parse_yaml(text, where), where
+
+
+def data_yaml(name: str, key: str) -> Any:
+    """The ``key`` section of YAML data file ``name`` (a mapping, read by :func:`data_doc`); a one-line error
+    naming the file when the section is missing or not a mapping."""
+    doc, where = _doc(name)
     section = doc.get(key) if isinstance(doc, dict) else None
     if not isinstance(section, dict):
         from ..errors import CosearchError

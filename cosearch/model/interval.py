@@ -5,9 +5,9 @@ split-conformal band ``[log_low, log_high]`` of leave-one-source-out residuals
 log(measured / predicted) on the published training runs: a prediction ``t`` becomes the band
 ``[t * exp(log_low), t * exp(log_high)]``. Its ``moe`` section holds the band of the mixture-of-experts
 runs, made the same way from their own residuals (wider: the MoE rows' errors are), which rows with
-routed experts take. The file is read once, through
-:func:`cosearch.data.data_text` (so ``COSEARCH_DATA_DIR`` may replace it). Without the file there
-is no band: both factors are NaN (logged once), and every ``*_low``/``*_high`` metric is NaN.
+routed experts take. The file is read once, through :func:`cosearch.data.data_doc` (so ``COSEARCH_DATA_DIR``
+may replace it, read with the user-file caps). Without the file, or with one that cannot be read, there is no
+band: both factors are NaN (logged once), and every ``*_low``/``*_high`` metric is NaN.
 """
 from __future__ import annotations
 
@@ -27,14 +27,15 @@ def interval_info() -> dict[str, Any]:
     or ``{}`` when it is missing or unreadable."""
     import yaml
 
-    from ..data import data_text
+    from ..data import data_doc
+    from ..errors import CosearchError
 
     try:
-        doc = yaml.safe_load(data_text(INTERVAL_FILE)) or {}
+        doc = data_doc(INTERVAL_FILE) or {}
     except FileNotFoundError:
         log.warning("no %s: estimates carry no prediction interval (run experiments/prediction_interval.py)", INTERVAL_FILE)
         return {}
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, CosearchError) as err:  # CosearchError: a COSEARCH_DATA_DIR copy the safe reader refuses
         log.warning("%s is unreadable (%s): estimates carry no prediction interval", INTERVAL_FILE, err)
         return {}
     dense = _bounds(doc, "band", "estimates carry no prediction interval")

@@ -76,12 +76,10 @@ class Profile(BaseModel):
 
 
 def _published_profile() -> "Profile":
-    import yaml
-
-    from ..data import data_text
+    from ..data import data_doc
 
     try:
-        fitted = yaml.safe_load(data_text("profile_published.yaml")) or {}
+        fitted = data_doc("profile_published.yaml") or {}
     except FileNotFoundError:
         return Profile()
     return Profile(**fitted.get("profile", {}))
