@@ -325,7 +325,7 @@ def parse_scenario(data: Any) -> Scenario:
 def _check_moe(m: ModelSpec) -> None:
     """Consistency of the MoE / attention fields (issue 13), one-line errors naming the field."""
     if m.experts == 0:
-        for key in ("top_k", "expert_ffn_hidden", "shared_ffn_hidden", "routed_nodes_limit"):
+        for key in ("top_k", "expert_ffn_hidden", "shared_ffn_hidden", "dense_ffn_hidden", "routed_nodes_limit"):
             if getattr(m, key) is not None:
                 raise CosearchError(f"model.{key}", "needs model.experts > 0 (a mixture-of-experts model)")
         if m.shared_experts or m.dense_layers:

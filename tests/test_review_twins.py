@@ -63,3 +63,17 @@ def test_shipped_data_files_parse_as_before(monkeypatch):
     monkeypatch.delenv("COSEARCH_DATA_DIR", raising=False)
     for name in ("gpus.yaml", "instances.yaml", "models.yaml", "prediction_interval.yaml", "profile_published.yaml"):
         assert cosearch.data.data_doc(name) == yaml.safe_load(resources.files("cosearch.data").joinpath(name).read_text())
+
+
+def test_dense_model_refuses_dense_ffn_hidden():
+    """model.dense_ffn_hidden (the MLP width of a MoE model's leading dense layers) on a dense model was accepted
+    and ignored (gpt3-175b with dense_ffn_hidden: 1234 estimated as without it); now refused as shared_ffn_hidden."""
+    from cosearch.presets import preset
+    from cosearch.scenario import parse_scenario
+
+    base = {"model": dict(preset("gpt3-175b")), "training": {"global_batch": 1536, "tokens": 3e11, "precision": "bf16"},
+            "cluster": {"gpu": "a100-80gb", "gpus": 1024}, "plan": {"tp": 8, "pp": 8}}
+    parse_scenario(base)
+    with pytest.raises(CosearchError) as err:
+        parse_scenario({**base, "model": {**base["model"], "dense_ffn_hidden": 1234}})
+    assert err.value.field == "model.dense_ffn_hidden" and "needs model.experts > 0" in str(err.value)
