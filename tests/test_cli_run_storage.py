@@ -70,6 +70,25 @@ def test_a_failed_run_still_removes_only_the_study_it_created(tmp_path, space, m
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("url", ["sqlite:///{tmp}/s.db", "{tmp}/s.journal"])
+def test_ctrl_c_in_a_new_studys_first_evaluation_leaves_no_study(tmp_path, space, monkeypatch, capsys, url):
+    """Ctrl-C before a new study stored a trial (here in the feasibility check that evaluates the space before the
+    first batch) exits 130 and removes the study this run created, as any other error does: the study was created
+    by the shared budget, so run_study (which drops a study it created) found it existing, and `run` returned 130
+    before its own cleanup, leaving an empty study behind."""
+    import cosearch._study_runs
+
+    url = url.format(tmp=tmp_path)
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cosearch._study_runs, "_precheck", interrupt)
+    assert main(["run", space, "--study", "s", "--sampler", "tpe", "--trials", "20", "--storage", url]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert storage_module.resolve_storage(url).get_all_studies() == []
+
+
 @pytest.mark.parametrize("sampler", ["auto", "tpe"])
 def test_run_with_workers_opens_the_storage_once(tmp_path, space, monkeypatch, capsys, sampler):
     """`run --workers 2` opens its storage once and passes it on (resolving ``auto``, the workers' study, the

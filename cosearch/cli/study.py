@@ -164,22 +164,22 @@ def run_command(args: argparse.Namespace, storage: Any = None) -> int:
             res = run_study(space, args.study, storage, sampler=method, n_trials=args.trials, seed=args.seed,
                             batch_size=args.batch_size, callback=callback, timeout=timeout, profile=profile,
                             budget=budget)
-    except KeyboardInterrupt:
-        print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
-              file=sys.stderr)
-        return 130
-    except BaseException:
-        if created:
+    except BaseException as err:
+        if created:  # the shared budget created the study, so run_study found it existing and left it
             from .._study_store import _drop_if_empty
 
             _drop_if_empty(budget.study)  # as run_study does for a study it created
-        raise
+        if not isinstance(err, KeyboardInterrupt):
+            raise
+        print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
+              file=sys.stderr)
+        return 130
     finally:
         if budget is not None:
             budget.close()
     if budget is not None:
         res.n_new = budget.granted  # this process's trials (run_study counts every writer's)
-    if res.kind != "exhaustive":
+    elif res.kind != "exhaustive":  # with a budget, open_for_workers stored the target already
         _store_target(res.study, args.trials)
     out = console()
     s = res.summary
