@@ -10,7 +10,7 @@ from rich.console import Console
 PIPED_WIDTH = 160
 
 
-def console() -> Console:
-    """A console on stdout: the terminal's width on a terminal, :data:`PIPED_WIDTH` otherwise."""
-    c = Console(markup=False, highlight=False)
-    return c if c.is_terminal else Console(width=PIPED_WIDTH, markup=False, highlight=False)
+def console(stderr: bool = False) -> Console:
+    """A console on stdout (``stderr``: on stderr): the terminal's width on a terminal, :data:`PIPED_WIDTH` otherwise."""
+    c = Console(stderr=stderr, markup=False, highlight=False)
+    return c if c.is_terminal else Console(stderr=stderr, width=PIPED_WIDTH, markup=False, highlight=False)

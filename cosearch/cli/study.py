@@ -143,7 +143,7 @@ def run_command(args: argparse.Namespace, storage: Any = None) -> int:
     size = f"{space.size:,.0f} points" if space.size < 1e15 else f"{space.size:.3g} points" if math.isfinite(space.size) else \
         "continuous"
     console().print(f"space {args.space}: {size} in {len(space.dims)} dimensions; method {method}")
-    progress_console = Console(stderr=True, markup=False, highlight=False)
+    progress_console = console(stderr=True)
     unit = "points" if method == "exhaustive" else "trials"
     label = f"{args.study} {method}".replace("{", "{{").replace("}", "}}")  # a format string: braces literal
     progress = Progress(TextColumn(label, style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
