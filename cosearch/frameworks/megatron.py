@@ -83,9 +83,10 @@ from typing import Any, Mapping
 from .._files import MAX_INT_DIGITS
 from ..errors import CosearchError
 from ..hf_moe import check_layers
+from ..model.collectives import group_shape
 from ..model.memory import stage_layers
 from ..model.moe import expert_tp
-from ..scenario import Scenario, parse_scenario, scenario_columns
+from ..scenario import Scenario, hardware_values, parse_scenario
 from ._common import fsdp_overlap, layout, megatron_core_schedule, refuse, shard_group, zero3_overlap
 from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe, unread_flags
 from .planin import cluster_gpus, whole
@@ -286,14 +287,15 @@ def _moe_flags(sc: Scenario) -> list[Any]:
 
 def _router_groups(sc: Scenario) -> list[Any]:
     """Node-limited routing (model.routed_nodes_limit) as Megatron's group-limited routing: one expert group per
-    NVLink domain the EP group spans, n = ep / clip(nvlink_domain / etp, 1, ep), as the model applies the limit
+    NVLink domain the EP group spans, n = ep / clip(nvlink_domain / etp, 1, ep)
+    (:func:`cosearch.model.collectives.group_shape`), as the model applies the limit
     (:func:`cosearch.model.moe.a2a_times_s`). None where the limit is moot: one domain, or a limit of n or more."""
     m, pl = sc.model, sc.plan
     limit = m.routed_nodes_limit
     if not limit:
         return []
-    per_domain = min(max(float(scenario_columns(sc)["nvlink_domain"]) / expert_tp(pl.etp, pl.tp), 1.0), pl.ep)
-    groups = pl.ep / per_domain
+    domain = hardware_values(sc.cluster, sc.training.precision)["nvlink_domain"]  # as scenario_columns has it
+    groups = float(group_shape(pl.ep, expert_tp(pl.etp, pl.tp), domain)[2])
     if groups <= 1 or limit >= groups:
         return []
     if groups != int(groups) or m.experts % int(groups):

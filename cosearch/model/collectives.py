@@ -82,8 +82,9 @@ class Fabric:
                                self.nvl_lat_s, self.net_lat_s)
 
 
-def _shape(size, stride, domain):
-    """(inside one domain, members per domain g, domains spanned n)."""
+def group_shape(size, stride, domain):
+    """(inside one domain, members per domain g, domains spanned n) of ``size`` ranks ``stride`` apart in
+    NVLink domains of ``domain`` GPUs (the ``g`` and ``n`` of this module's docstring)."""
     n_ranks = ops.maximum(size, 1.0)
     inside = n_ranks * stride <= domain
     g = ops.where(inside, n_ranks, ops.clip(domain / stride, 1.0, n_ranks))
@@ -100,7 +101,7 @@ def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0
         raise ValueError(f"unknown collective {op!r}")
     twice = 2.0 if op == "all_reduce" else 1.0
     M, N = message_bytes, ops.maximum(size, 1.0)
-    inside, g, n = _shape(size, stride, fabric.domain)
+    inside, g, n = group_shape(size, stride, fabric.domain)
     nvl, a_nvl, a_net = fabric.nvl_Bps, fabric.nvl_lat_s, fabric.net_lat_s
     nic = fabric.ring_nic_Bps(size, stride)
     nic_a2a = DIRECT_NETWORK_EFFICIENCY * fabric.net_Bps * comm.spine_share(size, stride, fabric.domain, fabric.leaf_gpus,
@@ -131,7 +132,7 @@ def legacy_time_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0):
     bw, lat = fabric.link(size, stride)
     if op == "all_reduce":
         return comm.all_reduce_s(message_bytes, size, bw, lat * calls)
-    n = _shape(size, stride, fabric.domain)[2]
+    n = group_shape(size, stride, fabric.domain)[2]
     steps_s = ops.maximum((size - n) * fabric.nvl_lat_s + (n - 1.0) * fabric.net_lat_s, 0.0)
     return comm.all_gather_s(message_bytes, size, bw, 0.0) + calls * steps_s
 

@@ -59,6 +59,7 @@ from . import compute as kern
 from . import communication as comm
 from . import memory as mem
 from . import schedules as sch
+from .collectives import group_shape
 from .moe_params import (attention_params, attention_params_local, flops_per_token, layer_parts,  # noqa: F401
                          mla_params, param_counts, widths)
 
@@ -176,17 +177,17 @@ def a2a_s(message_bytes, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.0
 
 def a2a_times_s(messages, ep, etp, fabric, top_k=1.0, deepep=0.0, nodes_limit=0.0):
     """:func:`a2a_s` of each of several messages over one EP group (its geometry worked out once)."""
-    g_in = ops.clip(fabric.domain / etp, 1.0, ep)           # EP ranks in one NVLink domain
+    # EP group inside one NVLink domain, EP ranks in one domain, NVLink domains the group spans
+    inside, g_in, n = group_shape(ep, etp, fabric.domain)
     peers_in, peers_out = g_in - 1.0, ep - g_in
     any_deepep = ops.any(deepep > 0)
     if any_deepep:
-        n = ep / g_in                                        # NVLink domains the EP group spans
         nodes = (n - 1.0) * (1.0 - (1.0 - 1.0 / n) ** top_k)  # distinct other domains a token reaches
         nodes = ops.where(nodes_limit > 0, ops.minimum(nodes, nodes_limit), nodes)
         copies, deep = ops.maximum(top_k, 1.0), deepep > 0
     nic = fabric.net_Bps * comm.spine_share(ep, etp, fabric.domain, fabric.leaf_gpus, fabric.oversubscription,
                                             all_to_all=True)
-    lat = ops.where(ep * etp <= fabric.domain, fabric.nvl_lat_s, fabric.net_lat_s)
+    lat = ops.where(inside, fabric.nvl_lat_s, fabric.net_lat_s)
     several = ep > 1
     times = []
     for message_bytes in messages:
