@@ -11,6 +11,9 @@ from ..errors import CosearchError
 
 #: Largest job TOML read (a torchtitan job config is a few KiB, as a scenario YAML).
 TOML_MAX_BYTES = YAML_MAX_BYTES
+#: Suffixes that make ``--cluster`` / ``--model`` a file to read rather than inline YAML or a preset name
+#: (JSON is YAML).
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def whole(value: Any, field: str, least: int = 1, most: int | None = None, also: tuple[int, ...] = ()) -> int:
@@ -65,7 +68,7 @@ def _cluster(args: argparse.Namespace) -> dict[str, Any]:
         if kind == "dir":
             raise CosearchError("--cluster", f"{args.cluster!r} is a directory; give a YAML file or inline YAML such as "
                                 "'{gpu: h100-sxm, gpus: 64}'")
-        inline = Path(args.cluster).suffix not in (".yaml", ".yml", ".json") and kind != "file"
+        inline = Path(args.cluster).suffix not in FILE_SUFFIXES and kind != "file"
         data = parse_yaml(args.cluster, "--cluster") if inline else read_yaml(args.cluster)
         if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
             data = data["cluster"]  # a whole scenario file: take its cluster
@@ -105,7 +108,7 @@ def scenario_from_args(args: argparse.Namespace) -> Any:
         if not args.model:
             raise CosearchError("--model", "required with --torchtitan-toml (torchtitan names its model by flavor)")
         model: Any = args.model
-        if Path(args.model).suffix in (".yaml", ".yml", ".json"):  # a file of model fields (JSON is YAML)
+        if Path(args.model).suffix in FILE_SUFFIXES:  # a file of model fields
             from ..scenario import read_yaml
 
             model = read_yaml(args.model)
