@@ -366,8 +366,9 @@ def pareto_command(args: argparse.Namespace) -> int:
 
     check_rows(args.rows)
 
+    kept = {"study's storage": storage_file(args.storage)}
     for flag in ("--csv", "--parquet", "--plot"):
-        refuse_overwrite(flag, getattr(args, flag[2:]), {"study's storage": storage_file(args.storage)})
+        refuse_overwrite(flag, getattr(args, flag[2:]), kept)
     if args.csv and args.parquet:
         refuse_overwrite("--parquet", args.parquet, {"--csv output": args.csv})
     study = load_study(args.study, args.storage)
