@@ -193,7 +193,8 @@ def _run_scaled(args: argparse.Namespace, single: Callable[..., int]) -> int:
     workers = getattr(args, "workers", 1)
     workers = 1 if workers is None else int(workers)
     address = getattr(args, "dask", None)
-    most = MAX_WORKERS_PER_CORE * usable_cores()
+    cores = usable_cores()
+    most = MAX_WORKERS_PER_CORE * cores
     if not 1 <= workers <= most:
         raise CosearchError("--workers", f"must be 1 to {most} ({MAX_WORKERS_PER_CORE} per usable CPU core; got {workers})")
     from ..study import check_seed
@@ -216,7 +217,6 @@ def _run_scaled(args: argparse.Namespace, single: Callable[..., int]) -> int:
         return _run_dask(args, single, address or f"local:{workers}", st)
     if workers == 1:
         return single(args)
-    cores = usable_cores()
     if workers > cores:
         print(f"warning: --workers {workers} exceeds the {cores} usable CPU core(s); workers will compete for "
               f"them (often slower than --workers {cores})", file=sys.stderr)
