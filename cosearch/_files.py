@@ -97,7 +97,6 @@ def _refuse(name: str, mark: Any, problem: str) -> CosearchError:
 def _check_events(text: str, name: str) -> None:
     """Refuse aliases, deep nesting, huge integers and repeated mapping keys (YAML keeps the last silently: ``plan:
     {tp: 8, tp: 4}`` would run tp 4) from the event stream (no nodes built)."""
-    depth = 0
     open_: list[list[Any] | None] = []  # per open collection: a mapping's [keys seen, next node is a key], or None
     for ev in yaml.parse(text, Loader=_Loader):
         if isinstance(ev, yaml.AliasEvent):
@@ -110,12 +109,10 @@ def _check_events(text: str, name: str) -> None:
                 keys.add(ev.value)
             open_[-1][1] = not is_key
         if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
-            depth += 1
-            if depth > YAML_MAX_DEPTH:
-                raise _refuse(name, ev.start_mark, f"nested deeper than {YAML_MAX_DEPTH} levels")
             open_.append([set(), True] if isinstance(ev, yaml.MappingStartEvent) else None)
+            if len(open_) > YAML_MAX_DEPTH:
+                raise _refuse(name, ev.start_mark, f"nested deeper than {YAML_MAX_DEPTH} levels")
         elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-            depth -= 1
             open_.pop()
         elif isinstance(ev, yaml.ScalarEvent) and not ev.style and len(ev.value) > MAX_INT_DIGITS \
                 and _INT.fullmatch(ev.value):
