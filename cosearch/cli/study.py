@@ -114,6 +114,7 @@ def run_command(args: argparse.Namespace, storage: Any = None) -> int:
     from ..search.space import load_space
     from ..model.profile import DEFAULT_PROFILE
     from ..study import _as_storage, pareto_front, resume_method, run_study, why_nothing
+    from .estimate import profile_and_range
 
     t_start = time.monotonic()  # --timeout counts from here: reading the space is part of the run
     check_rows(args.rows)
@@ -125,11 +126,8 @@ def run_command(args: argparse.Namespace, storage: Any = None) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
     space = load_space(args.space)
-    profile, calibrated = DEFAULT_PROFILE, None
-    if args.profile:
-        from ..calibration import read_profile_file
-
-        profile, calibrated = read_profile_file(args.profile)
+    profile, calibrated = profile_and_range(args.profile)
+    profile = profile or DEFAULT_PROFILE
     if storage is None:
         storage = _as_storage(args.storage)  # once: the stored method (auto) and the run read it
     method = resume_method(asked, space, args.study, storage)
