@@ -201,8 +201,10 @@ def fusion_of(framework: str) -> str:
 
 
 def optimizer_states(sharding: str, framework: str) -> str:
-    """``training.optimizer_states`` of a row: "bf16_moments" where its sharding cell states 16-bit optimizer
-    states or moments (Megatron's precision-aware optimizer) and for DeepSeek's HAI-LLM (DeepSeek-V3 tracks
+    """``training.optimizer_states`` of a row: "bf16_master" where its sharding cell names Apex's
+    ``distributed_fused_adam`` (NeMo 1.x) with a bf16 state (``optim.dtype: bf16``: master copy, m and v all in
+    bf16), "bf16_moments" where it states 16-bit optimizer states or moments otherwise (Megatron's
+    precision-aware optimizer keeps an fp32 master) and for DeepSeek's HAI-LLM (DeepSeek-V3 tracks
     Adam's moments in BF16, arXiv 2412.19437 sec. 3.3.3), "bf16" for NeMo
     AutoModel (its MoE models are created in bf16 and torch.optim.Adam keeps its states in the parameters'
     dtype: ``initialize_weights(dtype=torch.bfloat16)``, ``cast_model_to_dtype``), else "fp32" (fp32 master,
@@ -210,6 +212,8 @@ def optimizer_states(sharding: str, framework: str) -> str:
     s, f = sharding.lower(), framework.lower()
     if "automodel" in f:
         return "bf16"
+    if "distributed_fused_adam" in s and "bf16" in s:  # apex/contrib/optimizers/distributed_fused_adam.py
+        return "bf16_master"
     if "bf16 optimizer state" in s or "bf16 moment" in s or "hai-llm" in f:  # HAI-LLM: arXiv 2412.19437 sec. 3.3.3
         return "bf16_moments"
     return "fp32"

@@ -93,10 +93,12 @@ class TrainingSpec(_Strict):
         None, ge=1, le=MAX_TOKENS, description="time-to-accuracy target: tokens a tiny batch needs to reach the target loss (E_min)")
     critical_batch_tokens: Optional[Float] = Field(
         None, ge=1, le=MAX_TOKENS, description="gradient noise scale B_noise in tokens (McCandlish et al. 2018); default infinite")
-    optimizer_states: Literal["fp32", "bf16_moments", "bf16"] = Field(
+    optimizer_states: Literal["fp32", "bf16_moments", "bf16_master", "bf16"] = Field(
         "fp32", description="Adam's states beside the 16-bit weights and gradients: fp32 master + m + v (12 B per "
         "parameter, mixed precision), bf16_moments (fp32 master, 16-bit m and v: 8 B; DeepSeek-V3, Megatron's "
-        "precision-aware optimizer) or bf16 (no master copy, 16-bit m and v: 4 B; pure-bf16 PyTorch stacks)")
+        "precision-aware optimizer), bf16_master (16-bit master copy, m and v: 6 B; NeMo 1.x's Apex "
+        "distributed_fused_adam with optim.dtype bf16) or bf16 (no master copy, 16-bit m and v: 4 B; pure-bf16 "
+        "PyTorch stacks)")
     fusion: Literal["fused", "eager"] = Field(
         "fused", description="fused: memory-bound ops fused (Transformer Engine / Megatron kernels, torch.compile, XLA); "
         "eager: PyTorch eager mode, one kernel per op (2.4x the memory-bound HBM traffic, measured on one H100)")

@@ -52,6 +52,11 @@ TORCHTITAN_PATH = DATA_DIR / "published_runs_torchtitan.csv"
 #: GPUs: held out the same way.
 JAX_PATH = DATA_DIR / "published_runs_jax.csv"
 
+#: Settings of the recipes some of the repository's runs ran, read from the recipe's public config where the run's
+#: table leaves the cell blank (SOURCES.md, "Recipe settings"): keyed by table file and row id, filled into blank
+#: cells only (a stated cell wins). Another table's row ids mean other runs, so only this directory's tables take them.
+RECIPE_SETTINGS_PATH = DATA_DIR / "recipe_settings.csv"
+
 #: Columns of a published-runs table: published_runs_modern.csv's header and the MoE table's extra cells. A table
 #: that leaves some out (another source's export, a hand-made CSV) reads them as empty cells, so a row states
 #: what it states and no missing column stops a validation.
@@ -372,8 +377,39 @@ def predict(cands: Candidates, profile: Profile = DEFAULT_PROFILE) -> tuple[np.n
 
 
 def load_published_runs(*paths: str | Path) -> pd.DataFrame:
-    """The published runs of one or more CSVs (default: the public and the modern set), stacked."""
-    return pd.concat([pd.read_csv(p) for p in (paths or (DEFAULT_PATH, MODERN_PATH))], ignore_index=True)
+    """The published runs of one or more CSVs (default: the public and the modern set), stacked; the repository's
+    own tables with their recipes' stated settings (:func:`with_recipe_settings`)."""
+    return pd.concat([with_recipe_settings(pd.read_csv(p), p) for p in (paths or (DEFAULT_PATH, MODERN_PATH))],
+                     ignore_index=True)
+
+
+def with_recipe_settings(runs: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+    """``runs`` (read from ``path``) with the blank cells :data:`RECIPE_SETTINGS_PATH` fills for that table's rows.
+    A setting never replaces a stated cell: where the table states one, the table's value stays and the
+    disagreement is logged. Tables outside the repository's data directory are returned as read."""
+    path = Path(path).resolve()
+    if path.parent != DATA_DIR.resolve() or not RECIPE_SETTINGS_PATH.exists():
+        return runs
+    settings = pd.read_csv(RECIPE_SETTINGS_PATH, dtype=str)
+    settings = settings[settings["table"] == path.name]
+    if settings.empty:
+        return runs
+    runs = runs.copy()
+    for s in settings.itertuples(index=False):
+        at = runs.index[runs["row_id"] == int(s.row_id)]
+        if s.column not in runs.columns:
+            runs[s.column] = pd.Series(np.nan, index=runs.index, dtype=object)
+        elif runs[s.column].dtype != object:
+            runs[s.column] = runs[s.column].astype(object)
+        for i in at:
+            stated = runs.at[i, s.column]
+            if isinstance(stated, str) and stated.strip() or not isinstance(stated, str) and pd.notna(stated):
+                if str(stated) != s.value:
+                    log.warning("%s row %s: the table states %s = %r; the recipe setting %r is not applied",
+                                path.name, s.row_id, s.column, stated, s.value)
+                continue
+            runs.at[i, s.column] = s.value
+    return runs
 
 
 def stated_peak_memory_gib(runs: pd.DataFrame) -> pd.Series:

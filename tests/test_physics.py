@@ -58,20 +58,25 @@ def test_optimizer_state_precisions_by_hand():
     # ZeRO-1 over 8 divides only the optimizer share: 4 + 8/8 = 5 B per parameter with bf16 moments
     opt = mem.optimizer_bytes(np.array([1.0]))[0]
     assert sum(mem.model_state_bytes(1e9, 1, 8, 0, optimizer_bytes=opt))[0] == pytest.approx(5e9)
-    # Adam's traffic per owned parameter: 2(2+4+4+4), 2(2+4+2+2), read 4 x 2 B + write 3 x 2 B
-    assert [mem.optimizer_bytes(np.float64(c))[1] for c in (0, 1, 2)] == [28.0, 20.0, 14.0]
+    # Adam's traffic per owned parameter: 2(2+4+4+4), 2(2+4+2+2), read 4 x 2 B + write 3 x 2 B,
+    # read 4 x 2 B + write 4 x 2 B (Apex's bf16 master, m, v and the bf16 weight)
+    assert [mem.optimizer_bytes(np.float64(c))[1] for c in (0, 1, 2, 3)] == [28.0, 20.0, 14.0, 16.0]
+    # the held bytes per code, on a mixed column: 12, 8, 4 and 6 (2 B each of Apex's master copy, m and v)
+    assert list(mem.optimizer_bytes(np.array([0.0, 1.0, 2.0, 3.0]))[0]) == [12.0, 8.0, 4.0, 6.0]
 
 
 def test_optimizer_states_change_memory_and_update_time_only():
     base = {"model": "llama3-8b", "training": {"global_batch": 64}, "cluster": {"gpu": "h100-sxm", "gpus": 8},
             "plan": {"zero": 1}}
     out = {o: estimate({**base, "training": {"global_batch": 64, "optimizer_states": o}})
-           for o in ("fp32", "bf16_moments", "bf16")}
-    opt = [out[o]["memory_breakdown_gib"]["optimizer"] for o in ("fp32", "bf16_moments", "bf16")]
+           for o in ("fp32", "bf16_moments", "bf16", "bf16_master")}
+    opt = [out[o]["memory_breakdown_gib"]["optimizer"] for o in ("fp32", "bf16_moments", "bf16", "bf16_master")]
     assert opt[0] / opt[1] == pytest.approx(12 / 8) and opt[0] / opt[2] == pytest.approx(12 / 4)
-    upd = [out[o]["breakdown_s"]["optimizer"] for o in ("fp32", "bf16_moments", "bf16")]
+    assert opt[0] / opt[3] == pytest.approx(12 / 6)
+    upd = [out[o]["breakdown_s"]["optimizer"] for o in ("fp32", "bf16_moments", "bf16", "bf16_master")]
     assert upd[0] / upd[1] == pytest.approx(28 / 20) and upd[0] / upd[2] == pytest.approx(28 / 14)
-    for o in ("bf16_moments", "bf16"):  # nothing else moves
+    assert upd[0] / upd[3] == pytest.approx(28 / 16)
+    for o in ("bf16_moments", "bf16", "bf16_master"):  # nothing else moves
         assert out[o]["memory_breakdown_gib"]["weights"] == out["fp32"]["memory_breakdown_gib"]["weights"]
         assert out[o]["breakdown_s"]["compute"] == out["fp32"]["breakdown_s"]["compute"]
 

@@ -111,6 +111,10 @@ def test_optimizer_states_and_attention_kernels_of_a_stack():
     assert optimizer_states("FSDP2", "torchtitan (PyTorch FSDP2)") == "fp32"      # fp32 master weights
     assert optimizer_states("distributed optimizer", "Megatron-Bridge / Megatron-Core") == "fp32"
     assert optimizer_states("ZeRO-1", "HAI-LLM (DeepSeek in-house)") == "bf16_moments"  # DeepSeek-V3 sec. 3.3.3
+    # NeMo 1.x's Apex optimizer with optim.dtype bf16 keeps its master copy in bf16 too (6 B, not 8)
+    apex = "distributed optimizer (Apex distributed_fused_adam, bf16 optimizer state)"
+    assert optimizer_states(apex, "NeMo 24.07 (Megatron-Core)") == "bf16_master"
+    assert optimizer_states("distributed optimizer (Apex distributed_fused_adam)", "NeMo 24.07") == "fp32"
     # NeMo AutoModel is NeMo's PyTorch-native library: none of Megatron-Core's defaults apply to it
     assert not megatron_core_stack("NeMo AutoModel (PyTorch FSDP2 + expert parallel)")
     assert megatron_core_stack("NeMo (Megatron-Core), alltoall dispatcher")
@@ -310,3 +314,44 @@ def test_torchtitan_405b_pipeline_rows_run_torchtitans_split_and_sharding():
     assert abs(table.loc[523, "error"]) < 0.10
     # the whole stage's weights (2 B) and gradients (2 B) per parameter: 405e9 / 64 ranks x 4 B = 23.6 GiB at least
     assert (table["memory_gib"] > 405e9 / 64 * 4 / 2**30).all()
+
+
+def test_recipe_settings_fill_blank_cells_only(caplog):
+    """The recipe settings (experiments/data/validation/recipe_settings.csv) fill cells a table leaves blank and
+    never replace a stated one; another directory's table (other row ids, other runs) is read as it is."""
+    from cosearch.validation import DATA_DIR, RECIPE_SETTINGS_PATH, with_recipe_settings
+
+    settings = pd.read_csv(RECIPE_SETTINGS_PATH, dtype=str)
+    assert set(settings.columns) >= {"table", "row_id", "column", "value", "source_location"}
+    assert settings["source_location"].str.len().min() > 20  # every setting cites the config it was read from
+    for s in settings.itertuples(index=False):
+        table = pd.read_csv(DATA_DIR / s.table)
+        cell = table.loc[table["row_id"] == int(s.row_id), s.column]
+        assert len(cell) == 1 and cell.isna().all(), (s.table, s.row_id, s.column)  # blank in the table as copied
+    runs = pd.read_csv(MODERN_PATH)
+    filled = with_recipe_settings(runs, MODERN_PATH).set_index("row_id")
+    assert filled.loc[187, "recompute"] == "selective" and "distributed_fused_adam" in filled.loc[187, "dp_sharding"]
+    stated = runs.copy()
+    stated.loc[stated["row_id"] == 187, "recompute"] = "full"
+    with caplog.at_level("WARNING", logger="cosearch.validation"):
+        assert with_recipe_settings(stated, MODERN_PATH).set_index("row_id").loc[187, "recompute"] == "full"
+    assert "row 187" in caplog.text and "not applied" in caplog.text
+    assert with_recipe_settings(runs, "/tmp/elsewhere/published_runs_modern.csv").equals(runs)
+    # only the filled cells change
+    assert filled.drop(columns=["recompute", "dp_sharding"]).equals(runs.set_index("row_id").drop(
+        columns=["recompute", "dp_sharding"]))
+
+
+def test_apex_bf16_state_lets_the_nemotron_340b_recipe_fit():
+    """Nemotron-4 340B on 128 H100 (TP 8, PP 8, VP 12, selective recompute, fp8): NVIDIA's recipe keeps Apex's
+    optimizer state in bf16 (6 B per owned parameter). With fp32 states (12 B) the model says the recipe does not fit
+    80 GB; with the recipe's states it fits, and the optimizer memory is half."""
+    runs = load_published_runs()
+    (sc,) = [s for s in row_scenarios(runs[runs["row_id"] == 187].iloc[0])]
+    assert sc["plan"]["recompute"] == "selective" and sc["training"]["optimizer_states"] == "bf16_master"
+    from cosearch import estimate
+
+    apex = estimate(sc)
+    fp32 = estimate({**sc, "training": {**sc["training"], "optimizer_states": "fp32"}})
+    assert apex["fits"] and not fp32["fits"]
+    assert fp32["memory_breakdown_gib"]["optimizer"] / apex["memory_breakdown_gib"]["optimizer"] == pytest.approx(2.0)

@@ -57,7 +57,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     # training
     "global_batch": None, "precision": 0.0, "tokens": np.nan, "attention": 0.0,
     "dropout": 0.0,                   # 1: dropout layers on (GPT-3, Megatron-LM 2019-22); their masks are kept
-    "optimizer_states": 0.0,          # memory.OPTIMIZER_STATE_CODES: 0 fp32 master + m + v, 1 bf16 moments, 2 pure bf16
+    "optimizer_states": 0.0,          # memory.OPTIMIZER_STATE_CODES: 0 fp32 master + m + v, 1 bf16 moments, 2 pure bf16, 3 bf16 master + moments
     "target_tokens": np.nan,          # E_min: tokens to the target loss at a tiny batch (time-to-accuracy)
     "critical_batch_tokens": np.nan,  # B_noise (McCandlish et al. 2018), tokens; NaN = infinite
     "fusion": 0.0,                    # FUSION_CODES: 0 fused memory-bound kernels, 1 PyTorch eager

@@ -4,7 +4,8 @@ Model states follow ZeRO (Rajbhandari et al. 2020): mixed-precision Adam keeps 1
 and gradients (2 B) plus fp32 master weights, momentum and variance (12 B) per parameter; ZeRO
 stage 1 shards the 12 B, stage 2 also the gradients, stage 3 (FSDP) also the weights, over the
 sharding group. ``training.optimizer_states`` narrows the 12 B (:data:`OPTIMIZER_STATE_BYTES`): 16-bit
-moments beside the fp32 master (8 B), or pure 16-bit training with no master copy (4 B).
+moments beside the fp32 master (8 B), a 16-bit master copy beside 16-bit moments (6 B), or pure 16-bit
+training with no master copy (4 B).
 
 Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", eqs. 1-6), generalized to grouped-query attention, any MLP width, gated MLPs, dropout off and
@@ -32,23 +33,29 @@ WEIGHT_BYTES = 2.0
 GRAD_BYTES = 2.0
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam momentum + variance
 #: ``training.optimizer_states`` words and their codes (the model column ``optimizer_states``).
-OPTIMIZER_STATE_CODES = {"fp32": 0, "bf16_moments": 1, "bf16": 2}
+OPTIMIZER_STATE_CODES = {"fp32": 0, "bf16_moments": 1, "bf16": 2, "bf16_master": 3}
 #: Optimizer-state bytes per parameter by code, beside the 16-bit weights and gradients:
 #: fp32 -- fp32 master, m and v (mixed-precision Adam, Micikevicius et al. 2018; Megatron's default);
 #: bf16_moments -- fp32 master, 16-bit m and v (DeepSeek-V3, arXiv 2412.19437 sec. 3.3.3 "BF16 ... to track
 #: the first and second moments"; Megatron-Core's precision-aware optimizer, --exp-avg-dtype/--exp-avg-sq-dtype
 #: bf16); bf16 -- no master copy, 16-bit m and v (parameters created in bf16 and torch.optim.Adam keeping its
-#: states in the parameters' dtype: NeMo AutoModel's MoE models, ``initialize_weights(dtype=torch.bfloat16)``).
-OPTIMIZER_STATE_BYTES = (OPTIMIZER_BYTES, 8.0, 4.0)
+#: states in the parameters' dtype: NeMo AutoModel's MoE models, ``initialize_weights(dtype=torch.bfloat16)``);
+#: bf16_master -- a 16-bit master copy of the owned parameters beside 16-bit m and v (Apex ``DistributedFusedAdam``
+#: with ``dtype=torch.bfloat16``, NeMo 1.x's ``optim.name: distributed_fused_adam`` with ``optim.dtype: bf16``:
+#: ``StateBucket`` allocates ``params_shard``, ``exp_avg_shard`` and ``exp_avg_sq_shard`` in ``dtype``;
+#: NVIDIA/apex apex/contrib/optimizers/distributed_fused_adam.py). The codes are names, not an order.
+OPTIMIZER_STATE_BYTES = (OPTIMIZER_BYTES, 8.0, 4.0, 6.0)
 #: Bytes the Adam update reads and writes per parameter it owns, by code: fp32 reads the 16-bit gradient and
 #: the fp32 master, m, v and writes the last three and the 16-bit weight, 2*(2+4+4+4) = 28; bf16_moments
-#: 2*(2+4+2+2) = 20; bf16 reads gradient, weight, m, v and writes the last three, 8 + 6 = 14.
-OPTIMIZER_TRAFFIC_BYTES = (28.0, 20.0, 14.0)
+#: 2*(2+4+2+2) = 20; bf16 reads gradient, weight, m, v and writes the last three, 8 + 6 = 14; bf16_master reads the
+#: gradient and its 16-bit master, m, v and writes the last three and the 16-bit weight, 8 + 8 = 16.
+OPTIMIZER_TRAFFIC_BYTES = (28.0, 20.0, 14.0, 16.0)
 
 
 def _by_state(code, table):
     """``table``'s entry for each ``optimizer_states`` code (some code > 0)."""
-    return ops.where(code >= 2, table[2], ops.where(code >= 1, table[1], table[0]))
+    low = ops.where(code >= 2, table[2], ops.where(code >= 1, table[1], table[0]))
+    return ops.where(code >= 3, table[3], low)
 
 
 def optimizer_bytes(code):
