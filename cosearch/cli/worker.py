@@ -48,15 +48,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 # ------------------------------------------------------------------------------------ worker
 def _storage_value(storage: str | None) -> str | None:
-    """The --storage value as every process sees it: journal paths made absolute."""
-    from ..scaleout import storage_kind
+    """The --storage value as every process sees it: journal paths made absolute (the file
+    :func:`~cosearch.storages.storage_file` names). A value the storage layer refuses (empty, an
+    unknown ``scheme://``) raises its one-line error here, before anything is created."""
+    from ..storages import storage_file
+    from ..storages._storage import check_storage, storage_kind
 
-    if storage_kind(storage) != "journal":
-        return storage
-    from ..storages import DEFAULT_JOURNAL
-
-    path = Path(storage).expanduser() if storage else Path(DEFAULT_JOURNAL)
-    return str(path if path.is_absolute() else (Path.cwd() / path))
+    url = check_storage(storage)
+    if storage_kind(url) != "journal":
+        return url
+    return str(storage_file(url))
 
 
 def open_storage(storage: str | None, attempts: int = 4) -> Any:

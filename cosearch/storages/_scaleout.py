@@ -40,7 +40,7 @@ from optuna.trial import TrialState
 
 from ..errors import CosearchError
 from ._owners import ABANDONED_ATTR, fail_stale_trials, failed_with_result
-from ._storage import storage_file
+from ._storage import storage_file, storage_kind  # noqa: F401  (storage_kind: re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -69,17 +69,6 @@ def get_target(study: optuna.Study) -> int | None:
 
 
 # ------------------------------------------------------------------------------------ locks
-def storage_kind(url: str | None) -> str:
-    """'journal', 'sqlite', 'postgresql' or 'mysql' for a ``--storage`` value."""
-    if url is None:
-        return "journal"
-    u = url.strip()
-    for kind in ("sqlite", "postgresql", "mysql"):
-        if u.startswith(kind):
-            return kind
-    return "journal"
-
-
 def _key64(text: str) -> int:
     """A signed 64-bit advisory-lock key from a name."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True)

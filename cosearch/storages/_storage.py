@@ -47,11 +47,41 @@ DEFAULT_JOURNAL = "cosearch_studies.journal"
 HEARTBEAT_INTERVAL = 60
 GRACE_PERIOD = 180
 
-_RDB_PREFIXES = ("sqlite:", "postgresql", "mysql")
+#: ``--storage`` kinds by URL prefix; any other value without a ``scheme://`` is a journal file path.
+_KINDS = (("sqlite", "sqlite:"), ("postgresql", "postgresql"), ("mysql", "mysql"))
+_RDB_PREFIXES = tuple(prefix for _, prefix in _KINDS)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _ALLOWED = ("a journal file path (default ./cosearch_studies.journal), sqlite:///FILE.db, "
             "postgresql://USER@HOST/DB or mysql://USER@HOST/DB")
 
+
+def check_storage(url: str | None) -> str | None:
+    """A ``--storage`` value checked, the one gate every user of it goes through: None (the default
+    journal) stays None, anything else comes back stripped. An empty value, or a ``scheme://`` other
+    than ``sqlite:``/``postgresql``/``mysql``, raises :class:`~cosearch.errors.CosearchError` naming
+    ``--storage`` and the accepted forms (it would otherwise be read as a journal path: ``ftp://x``
+    became the directory ``./ftp:/x``). No message shows a password."""
+    if url is None:
+        return None
+    if not isinstance(url, str) or not url.strip():
+        raise CosearchError("--storage", f"empty value; use {_ALLOWED}")
+    url = url.strip()
+    if url.startswith(_RDB_PREFIXES):
+        return url
+    m = _SCHEME.match(url)
+    if m is not None:
+        raise CosearchError("--storage", f"unsupported scheme {m.group(1)!r} in {mask_url(url)!r}; use {_ALLOWED}")
+    return url
+
+
+def storage_kind(url: str | None) -> str:
+    """'journal', 'sqlite', 'postgresql' or 'mysql' for a ``--storage`` value (checked: :func:`check_storage`)."""
+    url = check_storage(url)
+    if url is not None:
+        for kind, prefix in _KINDS:
+            if url.startswith(prefix):
+                return kind
+    return "journal"
 
 
 _PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)@")
@@ -100,16 +130,11 @@ def resolve_storage(url: str | None, *, workdir: Path | None = None, must_exist:
 
     check_optuna()
     base = Path.cwd() if workdir is None else Path(workdir)
+    url = check_storage(url)
     if url is None:
         return _journal(base / DEFAULT_JOURNAL, must_exist)
-    if not isinstance(url, str) or not url.strip():
-        raise CosearchError("--storage", f"empty value; use {_ALLOWED}")
-    url = url.strip()
     if url.startswith(_RDB_PREFIXES):
         return _rdb(normalize_url(url), must_exist, base)
-    m = _SCHEME.match(url)
-    if m is not None:
-        raise CosearchError("--storage", f"unsupported scheme {m.group(1)!r} in {mask_url(url)!r}; use {_ALLOWED}")
     path = Path(url).expanduser()
     return _journal(path if path.is_absolute() else base / path, must_exist)
 
@@ -165,14 +190,15 @@ def _journal(path: Path, must_exist: bool = False) -> JournalStorage:
 
 
 def storage_file(url: str | None, base: Path | None = None) -> Path | None:
-    """The file a ``--storage`` value keeps its studies in (a journal, a SQLite database); None for a server."""
+    """The file a ``--storage`` value keeps its studies in (a journal, a SQLite database); None for a server.
+    A value :func:`resolve_storage` would refuse raises the same error (:func:`check_storage`)."""
     base = Path.cwd() if base is None else base
+    url = check_storage(url)
     if url is None:
         return base / DEFAULT_JOURNAL
-    url = url.strip()
     if url.startswith("sqlite:"):
         return _sqlite_file(url, base)
-    if url.startswith(_RDB_PREFIXES) or _SCHEME.match(url):
+    if url.startswith(_RDB_PREFIXES):
         return None
     path = Path(url).expanduser()
     return path if path.is_absolute() else base / path
