@@ -66,7 +66,9 @@ def test_catalog_gpu_without_instances_shows_its_entry(gpu, capsys):
     assert " ".join(entry["efficiency_source"].split()) in " ".join(out.replace("│", " ").split())  # all of it
     assert re.search(rf"│ {gpu} │ .* │ 0 │", out)
     assert "cloud instance catalog" not in out
-    assert _run(capsys, "catalog", "--gpu", gpu, "--json") == (0, "[]")
+    assert main(["catalog", "--gpu", gpu, "--json"]) == 0  # the entry, not an empty list (tests/test_catalog_json.py)
+    d = json.loads(capsys.readouterr().out)
+    assert d["instances"] == [] and d["gpu"]["id"] == gpu and d["gpu"]["name"] == entry["name"]
 
 
 def test_catalog_gpu_not_rented_by_a_provider(capsys):

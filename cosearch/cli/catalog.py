@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--catalog", action="append", default=[], metavar="FILE",
                    help="extra catalog YAML overriding/extending the shipped one (repeatable; e.g. negotiated prices)")
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON (a list of instance types; with --gpu "
+                                                       "an object: the GPU's catalog entry and its instance types)")
     p.set_defaults(func=run)
 
 
@@ -112,6 +113,26 @@ def _efficiency_table(gpu_ids: list[str], instances: dict[str, int]) -> Table:
     return g
 
 
+def _plain(x):
+    """``x`` with NaN/inf floats as None (JSON null), recursively."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _gpu_record(gpu_id: str, n_instances: int) -> dict:
+    """What ``--gpu ID`` prints as text, as data: the catalog entry (datasheet numbers, efficiency and their
+    sources; a missing price is null), the fp8 eta the shipped profile uses (null without fp8) and the number of
+    matching instance types."""
+    e = hardware.gpu(gpu_id)
+    eta_fp8 = None if e["efficiency_fp8"] == "none" else hardware.fp8_eta_used(e, DEFAULT_PROFILE.fp8_matmul_relative)
+    return _plain({"id": gpu_id, **e, "matmul_efficiency_fp8_used": eta_fp8, "instance_types": n_instances})
+
+
 def run(args: argparse.Namespace) -> int:
     cat = load_catalog(args.catalog or None)
     df = cat.table(gpu=args.gpu, provider=args.provider)
@@ -120,7 +141,11 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         write_output("--csv", args.csv, lambda p: df.to_csv(p, index=False))
     if args.json:
-        print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))
+        rows = json.loads(df.to_json(orient="records")) if not df.empty else []
+        if args.gpu:  # the GPU's entry too: a GPU nobody rents printed [] and nothing about it
+            print(json.dumps({"gpu": _gpu_record(args.gpu, len(rows)), "instances": rows}, indent=2, allow_nan=False))
+        else:
+            print(json.dumps(rows, indent=2))
         return 0
     out = console()
     if df.empty:  # a catalog GPU nobody rents (gb300, h800, mi300x): its entry still serves scenarios

@@ -1,0 +1,82 @@
+"""`cosearch catalog --gpu ID --json` carries what the text output shows: it printed ``[]`` for a catalog GPU no
+instance type rents (gb300, h800, ...), nothing of the GPU's datasheet numbers, efficiency or sources."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from cosearch import hardware
+from cosearch.cli import main
+from cosearch.model.profile import DEFAULT_PROFILE
+
+
+def _run(capsys, *args):
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _instances_of(capsys, gpu):
+    rc, out, err = _run(capsys, "catalog", "--json")
+    assert rc == 0, err
+    return [r for r in json.loads(out) if r["gpu"] == gpu]
+
+
+@pytest.mark.parametrize("gpu", hardware.gpu_ids())
+def test_gpu_json_carries_the_entry_and_its_instances(gpu, capsys):
+    rc, out, err = _run(capsys, "catalog", "--gpu", gpu, "--json")
+    assert rc == 0 and err == ""
+    d = json.loads(out)  # strict JSON: no NaN (a missing price is null)
+    assert set(d) == {"gpu", "instances"}
+    g, e = d["gpu"], hardware.gpu(gpu)
+    assert g["id"] == gpu and g["name"] == e["name"]
+    for key in ("hbm_gib", "hbm_tbps", "nvlink_gbps", "nvlink_domain", "gpus_per_node", "network_gbps", "power_w",
+                "efficiency_measured", "efficiency_fp8", "efficiency_source", "efficiency_assumption"):
+        assert g[key] == e[key], key
+    assert g["peak_tflops"] == e["peak_tflops"]
+    assert g["efficiency"]["large_gemm_bf16"] == e["efficiency"]["large_gemm_bf16"]
+    assert g["matmul_efficiency"] == pytest.approx(e["matmul_efficiency"])
+    price = e["price_usd_per_gpu_hour"]
+    assert g["price_usd_per_gpu_hour"] is None if math.isnan(price) else g["price_usd_per_gpu_hour"] == price
+    if e["efficiency_fp8"] == "none":
+        assert g["matmul_efficiency_fp8_used"] is None
+    else:
+        assert g["matmul_efficiency_fp8_used"] == pytest.approx(
+            hardware.fp8_eta_used(e, DEFAULT_PROFILE.fp8_matmul_relative))
+    rows = _instances_of(capsys, gpu)
+    assert d["instances"] == rows and g["instance_types"] == len(rows)
+
+
+def test_gpu_nobody_rents_is_not_an_empty_list(capsys):
+    """The case of the defect: the shipped catalog rents no GB300; text and JSON both describe it."""
+    assert _instances_of(capsys, "gb300") == []
+    rc, out, _ = _run(capsys, "catalog", "--gpu", "gb300", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["instances"] == [] and d["gpu"]["instance_types"] == 0
+    assert d["gpu"]["hbm_gib"] == 288 and d["gpu"]["price_usd_per_gpu_hour"] is None
+    assert d["gpu"]["efficiency_assumption"]  # assumed, with its reason, as the text table says
+
+
+def test_gpu_and_provider_json_filters_the_instances_only(capsys):
+    rc, out, _ = _run(capsys, "catalog", "--gpu", "h100-sxm", "--provider", "gcp", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["gpu"]["id"] == "h100-sxm"
+    assert d["instances"] and {r["provider"] for r in d["instances"]} == {"gcp"}
+    assert d["gpu"]["instance_types"] == len(d["instances"])
+
+
+def test_without_gpu_the_json_is_still_the_list_of_instance_types(capsys):
+    rc, out, _ = _run(capsys, "catalog", "--provider", "aws", "--json")
+    rows = json.loads(out)
+    assert rc == 0 and isinstance(rows, list) and rows and {r["provider"] for r in rows} == {"aws"}
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--provider", "aws", "--json"]])
+def test_unknown_gpu_is_one_line_listing_the_ids(extra, capsys):
+    rc, out, err = _run(capsys, "catalog", "--gpu", "h100", *extra)
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --gpu: unknown GPU id 'h100'; allowed: ")
+    assert all(gid in lines[0] for gid in hardware.gpu_ids())
