@@ -450,13 +450,15 @@ LLAMA_405B = {"layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8, "ffn_
     # Llama 3 405B's own layout (Dubey et al. 2024, sec. 3.3.2): 7 on the first and last, 8 on the others
     (scenario(LLAMA_405B, cluster={"gpu": "h100-sxm", "gpus": 1024}, tp=8, pp=16, sequence_parallel=True, zero=1),
      7, 8, 7, "7 (first), 8 x 14 (middle), 7 (last)"),
-    # two virtual stages: every stage's count a multiple of 2, the last the smaller share of 14
-    (scenario(LLAMA_405B, cluster={"gpu": "h100-sxm", "gpus": 1024}, tp=8, pp=16, interleave=2,
-              sequence_parallel=True, zero=1), 8, 8, 6, "8 (first), 8 x 14 (middle), 6 (last); each over 2 virtual"),
+    # two virtual stages: every stage's count a multiple of 2; 76 layers on pp 8 leave 16 for the ends, which the
+    # model evaluates at 9 each (fullest 10, deficit 4): 8 and 8, both within it
+    (scenario(dict(LLAMA_70B, layers=76), cluster={"gpu": "h100-sxm", "gpus": 64}, tp=8, pp=8, interleave=2,
+              sequence_parallel=True, zero=1), 8, 10, 8, "8 (first), 10 x 6 (middle), 8 (last); each over 2 virtual"),
 ])
 def test_megatron_uneven_pipeline_exports_and_reads_back(sc, first, middle, last, comment):
     """pp not dividing the layers: the middle ranks hold the model's fullest count, first and last the rest (the
-    last the smaller share); the command line parses back to a plan with the same step time."""
+    first the smaller share, neither above the model's count for it); the command line parses back to a plan with
+    the same step time."""
     assert megatron.uneven_stages(sc) == (first, middle, last)
     line = " ".join(megatron.flags(sc))
     assert (f"--pipeline-model-parallel-size {sc.plan.pp} --decoder-first-pipeline-num-layers {first} "
@@ -479,6 +481,10 @@ def test_megatron_uneven_pipeline_exports_and_reads_back(sc, first, middle, last
     # 61 layers, pp 4, 2 virtual stages: 16 per middle rank leave 29, which 2 virtual stages cannot split
     (_moe_plan("deepseek-v3", "h800", 1024, pp=4, interleave=2, ep=32, moe_dispatcher="deepep"), "plan.interleave",
      "not a multiple of 2"),
+    # Llama 3 405B, pp 16, 2 virtual stages: 14 layers for the ends, which the model evaluates at 7 each; multiples
+    # of 2 within 7 hold 12 (this export used to write 8 and 6, a first stage one layer above the model's 7)
+    (scenario(LLAMA_405B, cluster={"gpu": "h100-sxm", "gpus": 1024}, tp=8, pp=16, interleave=2,
+              sequence_parallel=True, zero=1), "plan.interleave", "at most 12, not 14; use interleave = 1"),
 ])
 def test_megatron_uneven_pipeline_refusals_say_why(sc, field, words):
     with pytest.raises(CosearchError) as err:
@@ -492,7 +498,6 @@ UNEVEN = ("--num-layers 61 --hidden-size 1024 --num-attention-heads 8 --seq-leng
 
 @pytest.mark.parametrize("pp, extra", [
     (8, "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 6"),
-    (8, "--decoder-last-pipeline-num-layers 5"),  # the first stage holds the middle count, 8
     (2, "--decoder-first-pipeline-num-layers 31 --decoder-last-pipeline-num-layers 30"),
 ])
 def test_megatron_reads_an_uneven_split_whose_middle_ranks_hold_the_fullest_count(pp, extra):
@@ -504,8 +509,11 @@ def test_megatron_reads_an_uneven_split_whose_middle_ranks_hold_the_fullest_coun
     # middle ranks at 6, not the 8 the model evaluates: the message gives the count and a split that has it
     (8, "--decoder-first-pipeline-num-layers 13 --decoder-last-pipeline-num-layers 12",
      "--decoder-first-pipeline-num-layers", "need 8 each, e.g. --decoder-first-pipeline-num-layers 7"),
-    (8, "--decoder-first-pipeline-num-layers 5 --decoder-last-pipeline-num-layers 8",  # 8 + MTP would pace
-     "--decoder-last-pipeline-num-layers", "at most 7"),
+    (8, "--decoder-first-pipeline-num-layers 5 --decoder-last-pipeline-num-layers 8",  # 8 + MTP above the model's 7
+     "--decoder-last-pipeline-num-layers", "at most 6"),
+    # the first stage holds the middle count, 8, where the model evaluates 7 (deficit 2: first and last at 7)
+    (8, "--decoder-last-pipeline-num-layers 5", "--decoder-first-pipeline-num-layers",
+     "8 (absent: the middle count): cosearch evaluates the first stage"),
     (8, "--decoder-first-pipeline-num-layers 7", "--decoder-first-pipeline-num-layers", "7 middle stages"),
     (8, "--decoder-first-pipeline-num-layers 0 --decoder-last-pipeline-num-layers 6",
      "--decoder-first-pipeline-num-layers", "positive"),

@@ -24,8 +24,11 @@ training.dropout               ``--attention-dropout`` ``--hidden-dropout`` (0.1
 plan.tp / pp / cp              ``--tensor-model-parallel-size`` ``--pipeline-model-parallel-size``
                                ``--context-parallel-size``
 plan.pp not dividing layers    ``--decoder-first-pipeline-num-layers`` ``--decoder-last-pipeline-num-layers``
-                               (:func:`uneven_stages`: middle ranks at the model's fullest count, the last
-                               stage the smaller share); read back when the middle ranks hold that count
+                               (:func:`uneven_stages`: middle ranks at the model's fullest count, the first
+                               stage the smaller share, neither end above the model's count for it: the
+                               first rank, pp micro-batches in flight, is evaluated a layer short);
+                               read back when the middle ranks hold the fullest count and neither end more
+                               than the model's (refused otherwise)
 plan.interleave                ``--num-layers-per-virtual-pipeline-stage`` (layers / (pp*v)); with an uneven
                                split ``--num-virtual-stages-per-pipeline-rank`` (read either way)
 plan.microbatch                ``--micro-batch-size``
@@ -104,10 +107,35 @@ def fullest_layers(layers: int, pp: int, interleave: int, mtp: int) -> int:
     return int(stage_layers(layers + mtp, pp, interleave)[0])
 
 
-def _ends(rest: int, interleave: int) -> tuple[int, int]:
-    """``rest`` layers shared by the first and the last stage, in multiples of ``interleave``, the last the
-    smaller share (it also holds the loss and the MTP modules)."""
-    first = -(-rest // (2 * interleave)) * interleave
+def model_stages(layers: int, pp: int, interleave: int, mtp: int) -> tuple[int, int, int]:
+    """(fullest, first, last) layers per pipeline rank as the model evaluates them
+    (:func:`cosearch.model.memory.stage_layers` on ``layers + mtp``: the last rank's count includes its MTP modules).
+    An uneven split takes one layer off the first rank (deficit 1), or off the first and the last (deficit 2 or
+    more)."""
+    return tuple(int(n) for n in stage_layers(layers + mtp, pp, interleave))  # type: ignore[return-value]
+
+
+def _layers(n: int) -> str:
+    return f"{n} layer{'' if n == 1 else 's'}"
+
+
+def _ends(rest: int, interleave: int, first_max: int, last_max: int) -> tuple[int, int] | None:
+    """``rest`` decoder layers shared by the first and the last stage, each a positive multiple of ``interleave``
+    (Megatron-Core's rule), the first at most ``first_max`` and the last at most ``last_max`` decoder layers (the
+    model's counts, :func:`model_stages`, the last's less its MTP modules); None where no split fits.
+
+    The first stage gets the smaller share (rest/2 rounded down to a multiple of ``interleave``, raised where the
+    last's bound needs it): the model's ``stage_layers`` takes the uneven split's missing layer off the first rank
+    first, because under 1F1B that rank keeps pp micro-batches of activations in flight and is the memory-critical
+    one, so the model evaluates its memory with the smaller count and the split must not put more there."""
+    v = interleave
+    if rest % v:
+        return None
+    low = max(v, rest - last_max // v * v)
+    high = min(first_max // v * v, rest - v)
+    if low > high:
+        return None
+    first = min(max(rest // (2 * v) * v, low), high)
     return first, rest - first
 
 
@@ -117,9 +145,13 @@ def stage_split(layers: int, pp: int, interleave: int, mtp: int, first: int | No
     flag is absent, that stage holds the middle count).
 
     Checked as Megatron-Core 0.14's TransformerConfig checks it (at least one layer per stage, the rest a whole
-    number per middle stage, each count a multiple of the virtual stages), and against the model, which evaluates
-    the fullest rank at :func:`fullest_layers`: the middle ranks must hold that count and neither end more (the
-    last stage with its MTP modules). A one-line error names the flag and the count it needs."""
+    number per middle stage, each count a multiple of the virtual stages), and against the model
+    (:func:`model_stages`): the middle ranks must hold the fullest count (:func:`fullest_layers`), the first stage
+    at most the model's first-rank count and the last, with its MTP modules, at most the model's last-rank count.
+    A split the model cannot represent is refused, not read with a warning: an end holding more layers than the
+    model evaluates there (e.g. 31 layers on pp 4 with 8 on the first stage, which the model evaluates at 7) would
+    have that stage's memory (the first's, with pp micro-batches in flight) and time under-estimated, as a middle
+    count other than the fullest would. A one-line error names the flag and the count it needs."""
     flag = FIRST if first is not None else LAST
     each = "a positive count" if interleave == 1 else f"a positive multiple of {interleave}, the virtual stages"
     if pp < 2:
@@ -136,45 +168,72 @@ def stage_split(layers: int, pp: int, interleave: int, mtp: int, first: int | No
         raise CosearchError(flag, f"leaves {rest} layers for {middles} middle stages: Megatron-Core needs the same "
                             f"count on each, {each}")
     middle = rest // middles if middles else 0
-    full = fullest_layers(layers, pp, interleave, mtp)
+    full, first_max, last_max = model_stages(layers, pp, interleave, mtp)
     first_n, last_n = (middle if first is None else first), (middle if last is None else last)
+    ends = _ends(layers - (pp - 2) * full, interleave, first_max, last_max - mtp)
+    example = f", e.g. {FIRST} {ends[0]} {LAST} {ends[1]}" if ends else ""
     if pp > 2 and middle != full:
-        a, b = _ends(layers - (pp - 2) * full, interleave)
         raise CosearchError(flag, f"puts {middle} layers on each middle stage; cosearch evaluates the fullest rank at "
-                            f"{full} layers, so the middle stages need {full} each, e.g. {FIRST} {a} {LAST} {b}")
+                            f"{full} layers, so the middle stages need {full} each{example}")
     mtp_note = f" + {mtp} MTP" if mtp else ""
-    if first_n > full or (pp == 2 and max(first_n, last_n + mtp) < full):
-        raise CosearchError(FIRST, f"{first_n}: cosearch evaluates the fullest rank at {full} layers; the first stage "
-                            f"needs {full if pp == 2 else f'at most {full}'}")
-    if last_n + mtp > full:
-        raise CosearchError(LAST, f"{last_n}{mtp_note}: the last stage would pace the pipeline, cosearch evaluates the "
-                            f"fullest rank at {full} layers; at most {full - mtp}")
+    if first_n > first_max:
+        raise CosearchError(FIRST, f"{first_n}{'' if first is not None else ' (absent: the middle count)'}: cosearch "
+                            f"evaluates the first stage (pp micro-batches of activations in flight) at {first_max} "
+                            f"layers and would under-estimate its memory by {_layers(first_n - first_max)}; at most "
+                            f"{first_max}{example}")
+    if last_n + mtp > last_max:
+        raise CosearchError(LAST, f"{last_n}{mtp_note}{'' if last is not None else ' (absent: the middle count)'}: "
+                            f"cosearch evaluates the last stage at {last_max} layers and would under-estimate that "
+                            f"stage by {_layers(last_n + mtp - last_max)}; at most {last_max - mtp}{example}")
+    if pp == 2 and max(first_n, last_n + mtp) < full:
+        raise CosearchError(FIRST, f"{first_n}: cosearch evaluates the fullest rank at {full} layers; with pp 2 the "
+                            f"first or the last stage{mtp_note} needs {full}")
     return first_n, middle, last_n
+
+
+def _model_split(layers: int, pp: int, v: int, mtp: int) -> tuple[int, int, int] | None:
+    """(first, each middle, last) that :func:`uneven_stages` writes for these counts; None where no split fits the
+    model's (:func:`_ends`)."""
+    full, first_max, last_max = model_stages(layers, pp, v, mtp)
+    ends = _ends(layers - (pp - 2) * full, v, first_max, last_max - mtp)
+    return None if ends is None else (ends[0], full, ends[1])
 
 
 def uneven_stages(sc: Scenario) -> tuple[int, int, int] | None:
     """(first, each middle, last) decoder layers per pipeline rank where pp * interleave does not divide
     model.layers (None where it does): the middle ranks hold the model's fullest count (:func:`fullest_layers`),
-    the first and last stage the rest, the last the smaller share (:func:`_ends`). Refused where that leaves an end
-    stage without a layer per virtual stage, or its layers do not split over the virtual stages."""
+    the first and last stage the rest, neither more than the model evaluates on that rank (:func:`model_stages`,
+    the last with its MTP modules) and the first the smaller share (:func:`_ends`). Refused where no such split
+    exists: too few layers left for the ends (plan.pp), or their counts not multiples of the interleave that fit
+    the model's (plan.interleave); a split the model did not evaluate is never written."""
     m, pl = sc.model, sc.plan
     layers, pp, v, mtp = m.layers, pl.pp, pl.interleave, m.mtp_layers or 0
     if pp == 1 or layers % (pp * v) == 0:
         return None
-    full = fullest_layers(layers, pp, v, mtp)
+    full, first_max, last_max = model_stages(layers, pp, v, mtp)
     rest = layers - (pp - 2) * full
     ends = f"{layers} layers on pp = {pp} leave {rest} for the first and last stage" + (
         f" beside {full} on each middle one" if pp > 2 else "")
     if rest % v:
         raise refuse("plan.interleave", f"interleave = {v}: {ends}, not a multiple of {v} (Megatron-Core splits each "
                      "stage's layers evenly over its virtual stages)")
-    first, last = _ends(rest, v)
-    if last < v:
-        raise refuse("plan.pp", f"pp = {pp}: {ends}, and Megatron-LM needs at least {v} on each; use a smaller pp")
+    split = _model_split(layers, pp, v, mtp)
+    if split is None:
+        bounds = (f"the model evaluates the first stage at {_layers(first_max)} and the last at {last_max}"
+                  f"{f' with {mtp} MTP' if mtp else ''}")
+        if rest < 2 * v or last_max - mtp < v or first_max < v:
+            raise refuse("plan.pp", f"pp = {pp}: {ends}, and Megatron-LM needs at least {v} on each ({bounds}); "
+                         "use a smaller pp")
+        alt = next((w for w in range(v - 1, 0, -1)
+                    if layers % (pp * w) == 0 or _model_split(layers, pp, w, mtp) is not None), None)
+        raise refuse("plan.interleave", f"interleave = {v}: {ends}; {bounds}, and multiples of {v} within those sum "
+                     f"to at most {first_max // v * v + (last_max - mtp) // v * v}, not {rest}; use "
+                     + (f"interleave = {alt}" if alt else "interleave = 1 or a smaller pp"))
     try:
-        return stage_split(layers, pp, v, mtp, first, last)
+        return stage_split(layers, pp, v, mtp, split[0], split[2])
     except CosearchError as err:
-        raise refuse("plan.pp", f"pp = {pp}: the split {first}, {full}, {last} (first, middle, last) {err.message}") from None
+        raise refuse("plan.pp", f"pp = {pp}: the split {split[0]}, {full}, {split[2]} (first, middle, last) "
+                     f"{err.message}") from None
 
 
 def flags(sc: Scenario) -> list[str]:

@@ -1,0 +1,162 @@
+"""The uneven pipeline split of the Megatron-LM export (``--decoder-first/last-pipeline-num-layers``) against the
+model's per-rank layer counts (``cosearch.model.memory.stage_layers``): the model evaluates the first rank (the
+memory-critical one, pp micro-batches of activations in flight under 1F1B) a layer short when the split is uneven,
+so the export must never put more layers there (nor on the last stage, with its MTP modules), and the import
+refuses a split that does."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from cosearch import CosearchError, estimate
+from cosearch.frameworks import export, megatron
+from cosearch.model.memory import stage_layers
+from cosearch.scenario import parse_scenario
+
+FIRST, LAST = megatron.FIRST, megatron.LAST
+
+
+def _sc(layers, pp, interleave=1, mtp=0):
+    model = {"layers": layers, "hidden": 1024, "heads": 8, "vocab": 32000, "seq_len": 2048}
+    if mtp:
+        model["mtp_layers"] = mtp
+    return parse_scenario({"model": model, "training": {"global_batch": 64, "precision": "bf16"},
+                           "cluster": {"gpu": "h100-sxm", "gpus": pp}, "plan": {"pp": pp, "interleave": interleave}})
+
+
+def _ends(tokens):
+    """(first, last) written by the flags (None where a flag is absent)."""
+    toks = [str(t) for t in tokens]
+    get = (lambda f: int(toks[toks.index(f) + 1]) if f in toks else None)
+    return get(FIRST), get(LAST)
+
+
+@pytest.mark.parametrize("layers, pp, v, mtp, first, middle, last", [
+    # 31 on pp 4: fullest 8, deficit 1 -> the model evaluates first 7, middle 8, last 8 (this export used to write
+    # first 8, last 7: one layer more on the first rank than the model charged)
+    (31, 4, 1, 0, 7, 8, 8),
+    # Llama 3 405B's layout: 126 on pp 16, fullest 8, deficit 2 -> 7 on the first and last, 8 on the 14 others
+    (126, 16, 1, 0, 7, 8, 7),
+    # MTP: 30 layers + 1 MTP on pp 4 are 31 for the model (first 7, last 8 with the MTP module): 7 and 7 + 1
+    (30, 4, 1, 1, 7, 8, 7),
+    # DeepSeek-V3's 61 + 1 MTP on pp 8: 62 -> fullest 8, deficit 2, ends at 7: first 7, last 6 + 1
+    (61, 8, 1, 1, 7, 8, 6),
+    # deficit 3: 29 on pp 4 leave 13 for ends the model evaluates at 7 each; the first the smaller share
+    (29, 4, 1, 0, 6, 8, 7),
+    # pp 2: 31 layers, fullest 16, deficit 1 -> first 15, last 16
+    (31, 2, 1, 0, 15, 0, 16),
+    # two virtual stages: 28 on pp 4 -> fullest 8 (ceil(28/8)*2), deficit 4, ends at 7 each, multiples of 2: 6 and 6
+    (28, 4, 2, 0, 6, 8, 6),
+])
+def test_exported_split_matches_the_model(layers, pp, v, mtp, first, middle, last):
+    sc = _sc(layers, pp, v, mtp)
+    assert megatron.uneven_stages(sc) == (first, middle, last)
+    toks = megatron.flags(sc)
+    assert _ends(toks) == (first, last)
+    line = " ".join(str(t) for t in toks)
+    assert f"{FIRST} {first} {LAST} {last}" in line
+    assert ("--num-virtual-stages-per-pipeline-rank 2" in line) == (v == 2)
+    text = export(sc, "megatron")
+    mid = "" if pp == 2 else f"{middle} x {pp - 2} (middle), "
+    assert f"# decoder layers per pipeline stage: {first} (first), {mid}{last} (last" in text
+    # the exported command line reads back, to the same estimate
+    back = megatron.parse_args(text, sc.cluster.model_dump(exclude_none=True))
+    assert (back.model.layers, back.plan.pp, back.plan.interleave) == (layers, pp, v)
+    assert estimate(back)["step_time_s"] == pytest.approx(estimate(sc)["step_time_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("layers, pp, v, mtp, field, words", [
+    # 30 on pp 4 with 2 virtual stages: fullest 8, ends 14, which the model evaluates at 7 each; multiples of 2
+    # within 7 hold 12 -- the interleave makes the model's counts impossible; interleave 1 splits 7, 8, 8, 7
+    (30, 4, 2, 0, "plan.interleave", "at most 12, not 14; use interleave = 1"),
+    # 10 on pp 8: 2 on each middle stage leave -2 for the ends
+    (10, 8, 1, 0, "plan.pp", "use a smaller pp"),
+])
+def test_a_split_the_model_did_not_evaluate_is_refused(layers, pp, v, mtp, field, words):
+    sc = _sc(layers, pp, v, mtp)
+    for call in (lambda: megatron.uneven_stages(sc), lambda: export(sc, "megatron")):
+        with pytest.raises(CosearchError) as err:
+            call()
+        assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
+
+
+def _feasible(layers, pp, v, mtp):
+    """Whether any split fits the model's counts (brute force, the check the export's refusals must agree with)."""
+    full, first_max, last_max = (int(n) for n in stage_layers(layers + mtp, pp, v))
+    rest = layers - (pp - 2) * full
+    for first in range(v, rest, v):
+        last = rest - first
+        if (last >= v and last % v == 0 and first <= first_max and last + mtp <= last_max
+                and (pp > 2 or max(first, last + mtp) == full)):
+            return True
+    return False
+
+
+def test_exported_split_never_exceeds_the_models_counts():
+    """Over layers 8..130, pp 2..16, interleave 1..4 (and 0 or 1 MTP module): where the export writes a split, the
+    first stage holds at most the model's first-rank count, the last with its MTP at most the model's last-rank
+    count, the middle ones the fullest count, and the stages add up to the layers; where it refuses, no split
+    fits (and the refusal names plan.pp or plan.interleave)."""
+    written = refused = 0
+    for layers, pp, v, mtp in itertools.product(range(8, 131), range(2, 17), range(1, 5), (0, 1)):
+        if layers % (pp * v) == 0:
+            continue
+        sc = _sc(layers, pp, v, mtp)
+        full, first_max, last_max = (int(n) for n in stage_layers(layers + mtp, pp, v))
+        try:
+            toks = megatron.flags(sc)
+        except CosearchError as err:
+            assert err.field in ("plan.pp", "plan.interleave"), str(err)
+            assert not _feasible(layers, pp, v, mtp), (layers, pp, v, mtp, str(err))
+            refused += 1
+            continue
+        first, last = _ends(toks)
+        middle = (layers - first - last) // (pp - 2) if pp > 2 else full
+        case = (layers, pp, v, mtp, first, middle, last, first_max, full, last_max)
+        assert megatron.uneven_stages(sc) == (first, middle if pp > 2 else 0, last), case
+        assert first <= first_max and last + mtp <= last_max, case
+        assert middle == full, case
+        assert first + (pp - 2) * middle + last == layers, case
+        assert first >= v and last >= v and first % v == 0 and last % v == 0, case
+        assert first <= last or last + mtp == last_max, case  # the first the smaller share where the last has room
+        written += 1
+    assert written > 1000 and refused > 1000
+
+
+@pytest.mark.parametrize("extra, pp, split", [
+    (f"{FIRST} 7 {LAST} 8", 4, (7, 8, 8)),
+    (f"{FIRST} 7", 4, (7, 8, 8)),  # the last holds the middle count, 8, as the model evaluates it
+    (f"{FIRST} 15 {LAST} 16", 2, (15, 0, 16)),
+])
+def test_import_reads_a_split_within_the_models_counts(extra, pp, split):
+    base = ("--num-layers 31 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --micro-batch-size 1 "
+            "--vocab-size 32000 --bf16 ")
+    args = base + f"--pipeline-model-parallel-size {pp} " + extra
+    sc = megatron.parse_args(args, {"gpu": "h100-sxm", "gpus": pp})
+    assert (sc.model.layers, sc.plan.pp) == (31, pp)
+    assert megatron.stage_split(31, pp, 1, 0, *_ends(args.split())) == split
+
+
+@pytest.mark.parametrize("extra, field, words", [
+    # the old export's split of 31 on pp 4: 8 on the first stage, which the model evaluates at 7
+    (f"{FIRST} 8 {LAST} 7", FIRST, f"8: cosearch evaluates the first stage (pp micro-batches of activations in "
+     f"flight) at 7 layers and would under-estimate its memory by 1 layer; at most 7, e.g. {FIRST} 7 {LAST} 8"),
+    (f"{LAST} 7", FIRST, "8 (absent: the middle count)"),
+])
+def test_import_refuses_an_end_above_the_models_count(extra, field, words):
+    args = ("--num-layers 31 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --micro-batch-size 1 "
+            "--vocab-size 32000 --bf16 --pipeline-model-parallel-size 4 " + extra)
+    with pytest.raises(CosearchError) as err:
+        megatron.parse_args(args, {"gpu": "h100-sxm", "gpus": 4})
+    assert err.value.field == field and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_import_refuses_a_last_stage_above_the_models_count_with_mtp():
+    """30 layers + 1 MTP on pp 4: the model evaluates the last stage at 8 with the MTP module; 8 decoder layers there
+    are 9."""
+    args = ("--num-layers 30 --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --micro-batch-size 1 "
+            f"--vocab-size 32000 --bf16 --mtp-num-layers 1 --pipeline-model-parallel-size 4 {FIRST} 6 {LAST} 8")
+    with pytest.raises(CosearchError) as err:
+        megatron.parse_args(args, {"gpu": "h100-sxm", "gpus": 4})
+    assert err.value.field == LAST and "8 + 1 MTP" in str(err.value) and "at most 7" in str(err.value)
