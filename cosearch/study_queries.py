@@ -152,11 +152,25 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
         return (sign * m[obj], cost if cost is not None else math.inf, m.get("gpus") or math.inf, t.number)
 
     t = min(cands, key=key)
-    return {"study": study.study_name, "trial": t.number, "objective": obj, "direction": direction(obj),
-            "value": t.user_attrs["metrics"][obj], "limits": {k: v for k, v in limits.items() if v is not None},
-            "values": {o: t.user_attrs["metrics"].get(o) for o in study_info(study)["objectives"]},  # None: no value
-            "step_time_interval_s": _stored_band(t.user_attrs["metrics"], "step_time", "s"),
-            "scenario": t.user_attrs["scenario"], "metrics": t.user_attrs["metrics"]}
+    return _best_record(study.study_name, t.number, obj, limits, study_info(study)["objectives"],
+                        t.user_attrs["scenario"], t.user_attrs["metrics"])
+
+
+def _best_record(study_name: str, trial: int | None, obj: str, limits: Mapping[str, float | None],
+                 objectives: Sequence[str], scenario: Mapping[str, Any], metrics: Mapping[str, Any],
+                 **extra: Any) -> dict[str, Any]:
+    """The answer of :func:`best`, stored or re-enumerated. Counts (``gpus``, ``dp``, ``plan.tp``, ... as for the
+    front table, :func:`_is_count`) holding whole numbers are ints, as the Pareto CSV writes them: metrics store
+    every value as a float, and ``best --json`` printed ``"gpus": 1024.0``. Copies: the trial's stored attributes
+    are left as they are."""
+    metrics = _ints_for_counts(metrics)
+    return {"study": study_name, "trial": trial, "objective": obj, "direction": direction(obj),
+            "value": metrics[obj],
+            "limits": {k: (_whole_as_int(v) if _is_count(k.removeprefix("max_")) else v)
+                       for k, v in limits.items() if v is not None},
+            "values": {o: metrics.get(o) for o in objectives},  # None: no value
+            "step_time_interval_s": _stored_band(metrics, "step_time", "s"),
+            "scenario": _ints_for_counts(scenario), "metrics": metrics, **extra}
 
 
 def _best_enumerated(study: optuna.Study, info: Mapping[str, Any], obj: str,
@@ -190,13 +204,9 @@ def _best_enumerated(study: optuna.Study, info: Mapping[str, Any], obj: str,
     codec = ParamCodec(space)
     trial = next((t.number for t in study.get_trials(deepcopy=False)
                   if t.params and (r := codec.to_row(t.params)) is not None and np.array_equal(r, rows[0])), None)
-    return {"study": study.study_name, "trial": trial, "objective": obj, "direction": direction(obj),
-            "value": m[obj], "limits": {k: v for k, v in limits.items() if v is not None},
-            "values": {o: m.get(o) for o in info["objectives"]},
-            "step_time_interval_s": _stored_band(m, "step_time", "s"),
-            "scenario": rec.user_attrs["scenario"], "metrics": m,
-            "source": f"re-enumerated {counts['points']:,} points (not on the stored front)" if trial is None
-                      else f"re-enumerated {counts['points']:,} points"}
+    return _best_record(study.study_name, trial, obj, limits, info["objectives"], rec.user_attrs["scenario"], m,
+                        source=f"re-enumerated {counts['points']:,} points (not on the stored front)" if trial is None
+                        else f"re-enumerated {counts['points']:,} points")
 
 
 def _stored_band(m: Mapping[str, Any], key: str, unit: str) -> list[float] | None:
@@ -251,17 +261,41 @@ FRONT_COLUMNS = ("step_time_s", "mfu", "memory_gib", "gpus", "time_to_train_days
 #: Front columns that count (GPUs, parallel degrees, batch sizes), by last dotted part: the metric ``gpus`` is stored
 #: as a float. GPU inventories (``cluster.inventory.<gpu>``, ``plan.gpus_by_type.<gpu>``) are counts too.
 _COUNTS = frozenset(("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "microbatch", "interleave", "global_batch",
-                     "zero_group", "gpus_per_node", "nvlink_domain", "leaf_gpus"))
+                     "zero_group", "gpus_per_node", "nvlink_domain", "leaf_gpus", "num_microbatches"))
 _COUNT_PREFIXES = ("cluster.inventory.", "plan.gpus_by_type.")
 
 
+def _is_count(key: str) -> bool:
+    """Whether a (dotted) metric or scenario key holds a count (:data:`_COUNTS`, GPU inventories)."""
+    return key.rsplit(".", 1)[-1] in _COUNTS or key.startswith(_COUNT_PREFIXES)
+
+
+def _whole_as_int(v: Any) -> Any:
+    """A finite float holding a whole number as an int (64.0 -> 64); anything else as it is."""
+    if isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer():
+        return int(v)
+    return v
+
+
+def _ints_for_counts(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A copy of the (nested) mapping ``d`` with its counts (:func:`_is_count` of the dotted key) holding whole
+    numbers as ints: the per-record twin of :func:`_counts_as_int`."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out[k] = _ints_for_counts(v, key + ".")
+        else:
+            out[k] = _whole_as_int(v) if _is_count(key) else v
+    return out
+
+
 def _counts_as_int(df: pd.DataFrame) -> pd.DataFrame:
-    """Count columns (:data:`_COUNTS`) holding whole numbers in every row as integers, so a table or CSV
+    """Count columns (:func:`_is_count`) holding whole numbers in every row as integers, so a table or CSV
     shows 64, not 64.0; a column with a missing value stays float."""
     for c in df.columns:
         v = df[c]
-        if (c.rsplit(".", 1)[-1] in _COUNTS or c.startswith(_COUNT_PREFIXES)) and v.dtype.kind == "f" \
-                and np.isfinite(v).all() and (v == v.round()).all():
+        if _is_count(c) and v.dtype.kind == "f" and np.isfinite(v).all() and (v == v.round()).all():
             df[c] = v.astype("int64")
     return df
 
