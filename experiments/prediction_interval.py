@@ -8,11 +8,11 @@ source, so these are the errors an estimate should expect.
 Band: the split-conformal central band of r at level LEVEL: lower bound the k_lo-th smallest residual
 with k_lo = floor((n+1) * (1-LEVEL)/2), upper bound the k_hi-th with k_hi = ceil((n+1) * (1+LEVEL)/2)
 (the finite-sample correction). An estimate t becomes [t * exp(log_low), t * exp(log_high)].
-LEVEL is 0.85 for an 80 % promise: pooled residuals treat rows as exchangeable, but a new source (a
+LEVEL is above 0.80 for an 80 % promise: pooled residuals treat rows as exchangeable, but a new source (a
 new user's stack) brings its own bias, so a pooled 80 % band held only 69 % of the rows of a source
-left out of it (nested check below). 0.85 is the smallest level in steps of 0.05 whose nested
-coverage reaches the 75-85 % range; that choice was made on the same nested check it is reported
-with, and says so in the yaml.
+left out of it (nested check below). LEVEL is the smallest from 0.80 in steps of 0.05 whose nested
+coverage reaches the 75-85 % range (:func:`smallest_level`, the same rule as the MoE band's); that choice is
+made on the same nested check it is reported with, and the yaml says so.
 
 Checks (printed, and in results/prediction_interval.json):
 * coverage of the band on the same residuals, overall, per source and per regime (fp8 vs 16-bit,
@@ -55,7 +55,6 @@ from cosearch.validation import Candidates, build_candidates, load_published_run
 from validate import moe_held_out_log_errors  # noqa: E402
 
 COVERAGE = 0.8   # what the band promises on a new source
-LEVEL = 0.85     # the conformal level that keeps that promise under between-source shift (docstring)
 OUT_YAML = HERE.parent / "cosearch" / "data" / "prediction_interval.yaml"
 OUT_JSON = HERE / "results" / "prediction_interval.json"
 LONG_CONTEXT = 16384
@@ -73,7 +72,7 @@ def loso_residuals(c: Candidates) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------- conformal
-def conformal_bounds(r: np.ndarray, coverage: float = LEVEL) -> tuple[float, float]:
+def conformal_bounds(r: np.ndarray, coverage: float) -> tuple[float, float]:
     """Split-conformal central band of the residuals ``r``: order statistics k_lo = floor((n+1)a)
     and k_hi = ceil((n+1)(1-a)) with a = (1-coverage)/2 (-inf/+inf when out of range)."""
     r = np.sort(np.asarray(r, dtype=float)[np.isfinite(r)])
@@ -93,20 +92,35 @@ def covered(r: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return (r >= lo) & (r <= hi)
 
 
-def nested_covered(c: Candidates, r: np.ndarray, coverage: float = LEVEL) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
-    """Per row: whether its residual lies in the band made from the OTHER sources only (their
-    leave-one-source-out residuals, every fit also without the row's source). Also each held-out
-    source's band."""
+def other_sources_residuals(c: Candidates) -> dict[str, np.ndarray]:
+    """Per source: the leave-one-source-out residuals of the OTHER sources' rows, every fit also without that
+    source (what a band made without it is built from)."""
     src = c.rows["source_id"].to_numpy()
-    out = np.zeros(len(src), dtype=bool)
-    bands = {}
-    for s in np.unique(src):
-        others = src != s
-        sub = _subset(c, others)
-        lo, hi = conformal_bounds(loso_residuals(sub), coverage)
-        bands[str(s)] = (lo, hi)
-        out[~others] = covered(r[~others], lo, hi)
+    return {str(s): loso_residuals(_subset(c, src != s)) for s in np.unique(src)}
+
+
+def nested_at(r: np.ndarray, src: np.ndarray, others: dict[str, np.ndarray],
+              level: float) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
+    """Per row: whether its residual lies in the band made at ``level`` from ``others[its source]`` (the other
+    sources' residuals); each held-out source's band."""
+    src = np.asarray(src).astype(str)
+    out, bands = np.zeros(len(r), dtype=bool), {}
+    for s, rest in others.items():
+        lo, hi = conformal_bounds(rest, level)
+        bands[s] = (lo, hi)
+        out[src == s] = covered(r[src == s], lo, hi)
     return out, bands
+
+
+def smallest_level(r: np.ndarray, src: np.ndarray,
+                   others: dict[str, np.ndarray]) -> tuple[float, np.ndarray, dict[str, tuple[float, float]]]:
+    """(level, nested coverage per row, bands): the smallest conformal level from COVERAGE in 0.05 steps (at most
+    0.95) whose nested leave-one-source-out coverage reaches COVERAGE - 5 points, the bottom of 75-85 %."""
+    for level in np.arange(COVERAGE, 0.96, 0.05).round(2):
+        nested, bands = nested_at(r, src, others, float(level))
+        if nested.mean() >= COVERAGE - 0.05:
+            break
+    return float(level), nested, bands
 
 
 # ----------------------------------------------------------------------------------- MoE band
@@ -117,26 +131,14 @@ def moe_residuals() -> tuple[np.ndarray, np.ndarray]:
     return -log_err, src.astype(str)
 
 
-def nested_from_residuals(r: np.ndarray, src: np.ndarray, level: float) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
-    """Per row: whether its residual lies in the band of the other sources' residuals; each source's band."""
-    out, bands = np.zeros(len(r), dtype=bool), {}
-    for s in np.unique(src):
-        lo, hi = conformal_bounds(r[src != s], level)
-        bands[str(s)] = (lo, hi)
-        out[src == s] = covered(r[src == s], lo, hi)
-    return out, bands
-
-
 def moe_analysis() -> dict:
-    """The MoE band: the smallest level (from COVERAGE, 0.05 steps) whose nested coverage reaches 75-85 %."""
+    """The MoE band at :func:`smallest_level`, from the MoE residuals (the other MoE sources' residuals are not
+    refitted without the held-out source: experiments/validate.py's fits already leave only it out)."""
     r, src = moe_residuals()
-    for level in np.arange(COVERAGE, 0.96, 0.05).round(2):
-        nested, bands = nested_from_residuals(r, src, level)
-        if nested.mean() >= COVERAGE - 0.05:
-            break
+    level, nested, bands = smallest_level(r, src, {str(s): r[src != s] for s in np.unique(src)})
     lo, hi = conformal_bounds(r, level)
     per_source = {str(s): float(nested[src == s].mean()) for s in np.unique(src)}
-    return {"residuals": r, "sources": src, "level": float(level), "log_low": lo, "log_high": hi,
+    return {"residuals": r, "sources": src, "level": level, "log_low": lo, "log_high": hi,
             "in_band": covered(r, lo, hi), "nested": nested, "nested_bands": bands, "nested_per_source": per_source}
 
 
@@ -167,18 +169,19 @@ def coverage_table(reg: pd.DataFrame, r: np.ndarray, inband: np.ndarray, nested:
     return pd.DataFrame(recs)
 
 
-def analyze(coverage: float = LEVEL) -> dict:
-    """Residuals, the band and every coverage number (what main() writes)."""
+def analyze() -> dict:
+    """Residuals, the band at :func:`smallest_level` and every coverage number (what main() writes)."""
     c = load_candidates()
     r = loso_residuals(c)
-    lo, hi = conformal_bounds(r, coverage)
+    level, nested, bands = smallest_level(r, c.rows["source_id"].to_numpy(), other_sources_residuals(c))
+    lo, hi = conformal_bounds(r, level)
     inband = covered(r, lo, hi)
-    nested, bands = nested_covered(c, r, coverage)
     reg = regimes(c)
     table = coverage_table(reg, r, inband, nested)
     per_source_nested = table[table.group == "source"].set_index("value")["nested_coverage"]
-    return {"candidates": c, "residuals": r, "log_low": lo, "log_high": hi, "in_band": inband, "nested": nested,
-            "nested_bands": bands, "table": table, "nested_source_mean": float(per_source_nested.mean())}
+    return {"candidates": c, "residuals": r, "level": level, "log_low": lo, "log_high": hi, "in_band": inband,
+            "nested": nested, "nested_bands": bands, "table": table,
+            "nested_source_mean": float(per_source_nested.mean())}
 
 
 def main() -> None:
@@ -195,8 +198,8 @@ def main() -> None:
         "factor_high": round(math.exp(hi), 4),
         "rows": n,
         "sources": sources,
-        "level": LEVEL,
-        "method": (f"split-conformal {LEVEL:.0%} central band of leave-one-source-out residuals "
+        "level": res["level"],
+        "method": (f"split-conformal {res['level']:.0%} central band of leave-one-source-out residuals "
                    "log(measured/predicted) on published_runs_public.csv + published_runs_modern.csv "
                    f"(profile params {', '.join(PARAMS)} refitted per fold), for a {COVERAGE:.0%} promise on a new "
                    "source: the level was chosen as the smallest (in 0.05 steps) whose nested leave-one-source-out "
@@ -232,7 +235,7 @@ def main() -> None:
               "table": table.round(4).to_dict("records"), "model_fingerprint": model_fingerprint()}
     OUT_JSON.write_text(json.dumps(report, indent=2))
 
-    print(f"{n} rows from {len(sources)} sources; {COVERAGE:.0%} band (conformal level {LEVEL:.0%}) of log(measured/predicted): "
+    print(f"{n} rows from {len(sources)} sources; {COVERAGE:.0%} band (conformal level {res['level']:.0%}) of log(measured/predicted): "
           f"[{lo:+.4f}, {hi:+.4f}] -> step time x [{math.exp(lo):.3f}, {math.exp(hi):.3f}]")
     print(f"coverage on the LOSO residuals: {res['in_band'].mean():.1%}   nested LOSO (band from the other sources): "
           f"{res['nested'].mean():.1%} of rows, {res['nested_source_mean']:.1%} averaged over sources")

@@ -57,8 +57,6 @@ REASONS = {
                     "tokens/s/GPU (-6 to +15 %) of no-recompute rows of the same model (A100-80GB 7B: 4,357 tok/s/GPU at 1k tokens "
                     "with vs 4,641 at 2k without; H100 13B: 5,502 with vs 4,792 without) although recompute adds a "
                     "third of the FLOPs; the model's 8-GPU no-recompute rows are +2..+4 % here and -7..-10 % on H100"),
-    187: "Nemotron-340B, recompute not stated: the model needs full recompute to fit, the recipe ran something cheaper "
-         "(probably selective with fp8 weights not cached)",
     188: "Llama 3 8B (NeMo 24.07), recompute not stated: the model picks none; the run is 15 % slower than the same plan "
          "in the v25.02 recipes (rows 90-94). Part of it is the launcher of that era running FlashAttention-2 "
          "(_cells.NEMO_LAUNCHER_FA2_RELEASES: -16 % -> -9 %); the rest is a software-version difference",
