@@ -80,3 +80,18 @@ def test_unknown_gpu_is_one_line_listing_the_ids(extra, capsys):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --gpu: unknown GPU id 'h100'; allowed: ")
     assert all(gid in lines[0] for gid in hardware.gpu_ids())
+
+
+def test_csv_of_a_gpu_nobody_rents_is_a_header(tmp_path, capsys):
+    """`catalog --gpu gb300 --csv F` wrote a single empty line; it now writes the table's header and no rows, and a
+    GPU with instances writes the same columns."""
+    import pandas as pd
+
+    from cosearch.cloud.catalog import TABLE_COLUMNS
+
+    empty, full = tmp_path / "gb300.csv", tmp_path / "h100.csv"
+    assert _run(capsys, "catalog", "--gpu", "gb300", "--csv", str(empty))[0] == 0
+    assert _run(capsys, "catalog", "--gpu", "h100-sxm", "--csv", str(full))[0] == 0
+    e, f = pd.read_csv(empty), pd.read_csv(full)
+    assert e.empty and tuple(e.columns) == TABLE_COLUMNS
+    assert len(f) >= 1 and tuple(f.columns) == TABLE_COLUMNS and set(f["gpu"]) == {"h100-sxm"}

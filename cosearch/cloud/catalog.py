@@ -127,6 +127,13 @@ def _providers(data: Mapping[str, Any], origin: str) -> dict[str, tuple[dict, di
     return out
 
 
+
+#: The columns of :meth:`Catalog.table`, one row per instance type.
+TABLE_COLUMNS = ("provider", "instance", "gpu", "gpus", "nvlink", "nvlink_domain", "network_gbps", "network_gbps_per_gpu",
+                 "on_demand_usd_per_hour", "spot_usd_per_hour", "on_demand_usd_per_gpu_hour", "spot_usd_per_gpu_hour",
+                 "revocation_per_hour", "failure_per_hour", "storage_gbps", "regions", "price_date", "large_gemm_bf16",
+                 "large_gemm_fp8", "matmul_efficiency", "efficiency_measured", "efficiency_source")
+
 class Catalog:
     """The merged instance catalog."""
 
@@ -217,7 +224,8 @@ class Catalog:
                 "efficiency_measured": gpus_cat[it.gpu]["efficiency_measured"],
                 "efficiency_source": gpus_cat[it.gpu]["efficiency_source"],
             })
-        return pd.DataFrame(rows)
+        # the columns even when nothing matches (a GPU nobody rents): its --csv is a header, not one empty line
+        return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
     def arrays(self, precision: str = "bf16") -> dict[str, np.ndarray]:
         """Per-code numeric arrays (index with :meth:`codes`): everything the vectorized model and
