@@ -51,6 +51,8 @@ TORCHTITAN_PATH = DATA_DIR / "published_runs_torchtitan.csv"
 #: MaxText (JAX/XLA) runs on H100: Llama 2 7B weak scaling on 1-16 GCP A3 High VMs and Llama 3 70B on 128 DGX Cloud
 #: GPUs: held out the same way.
 JAX_PATH = DATA_DIR / "published_runs_jax.csv"
+#: NVIDIA dgxc-benchmarking recipes of late 2024 (NeMo 24.05/24.09 containers; Nemotron-4, Llama 3.1, GPT-3 on H100): held out.
+DGXC_2024_PATH = DATA_DIR / "published_runs_dgxc_2024.csv"
 
 #: Settings of the recipes some of the repository's runs ran, read from the recipe's public config where the run's
 #: table leaves the cell blank (SOURCES.md, "Recipe settings"): keyed by table file and row id, filled into blank
