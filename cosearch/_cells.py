@@ -172,6 +172,12 @@ def sdpa_attention(torch_version: str | None) -> str:
     return "flash" if (major, minor) >= SDPA_CUDNN_FROM else "flash2"
 
 
+#: A framework cell that states Transformer Engine's cuDNN attention switched off (``NVTE_FUSED_ATTN=0``): TE then
+#: runs the flash-attn package, FlashAttention-2 on Hopper (TE's attention backend selection; NVIDIA's dgxc-benchmarking
+#: Nemotron-4 340B and GPT-3 175B recipes of 2024 export it in their configure.sh).
+_CUDNN_ATTENTION_OFF = re.compile(r"nvte_fused_attn\s*=\s*0\b")
+
+
 def attention_kernel(framework: str, legacy: bool) -> str:
     """``training.attention`` of a row's stack: unfused for the pre-2022 Megatron-LM runs (``legacy``), the 2023
     Triton kernel where the framework names Triton (llm-foundry), FlashAttention-2's rate ("flash2") for PyTorch
@@ -179,12 +185,13 @@ def attention_kernel(framework: str, legacy: bool) -> str:
     backward", PyTorch blog "FlexAttention", 2024-08-07), for PyTorch's ``scaled_dot_product_attention``
     ("SDPA": its flash backend is FlashAttention-2, and on H100 it does not pick the cuDNN backend:
     pytorch/pytorch#142132, Dec 2024, native SDPA 329 vs cuDNN 631 TFLOP/s at head_dim 128, "expected, see
-    #141133"; every SDPA row predates PyTorch 2.11, :func:`sdpa_attention`) and for NeMo containers run with cuDNN attention switched off
-    (:data:`NEMO_LAUNCHER_FA2_RELEASES`), else the GPU's own fused kernel."""
+    #141133"; every SDPA row predates PyTorch 2.11, :func:`sdpa_attention`), for NeMo containers run with cuDNN attention switched off
+    (:data:`NEMO_LAUNCHER_FA2_RELEASES`) and where the cell states it switched off (:data:`_CUDNN_ATTENTION_OFF`), else the
+    GPU's own fused kernel."""
     f = framework.lower()
     if legacy:
         return "standard"
-    if "flexattention" in f or "flex attention" in f or "sdpa" in f:
+    if "flexattention" in f or "flex attention" in f or "sdpa" in f or _CUDNN_ATTENTION_OFF.search(f):
         return "flash2"
     release = container_release(f)
     first, last = NEMO_LAUNCHER_FA2_RELEASES

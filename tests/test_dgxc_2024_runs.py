@@ -94,8 +94,8 @@ def test_stack_cells_read_as_the_recipes_ran(table):
     # GPT-3 175B: no optim dtype (fp32 states), the 24.05 container with NVTE_FUSED_ATTN=0 (FlashAttention-2), dropout 0.1
     assert first[749]["training"]["optimizer_states"] == "fp32"
     assert first[749]["training"]["attention"] == "flash2" and first[749]["training"]["dropout"]
-    # Nemotron-4 15B and the Llama rows ran cuDNN attention (NVTE_FUSED_ATTN=1) in the 24.09 container. (The 340B recipe
-    # sets NVTE_FUSED_ATTN=0 in the same container; the framework cell cannot say so, so those rows are read as cuDNN:
-    # not asserted here, see SOURCES.md S33.)
+    # Nemotron-4 15B and the Llama rows ran cuDNN attention (NVTE_FUSED_ATTN=1) in the 24.09 container; the 340B recipe
+    # sets NVTE_FUSED_ATTN=0 in the same container, which its framework cell states: FlashAttention-2
     assert first[711]["training"]["attention"] == "flash" and first[727]["training"]["attention"] == "flash"
+    assert first[701]["training"]["attention"] == "flash2"
     assert first[706]["training"]["precision"] == "fp8" and first[701]["training"]["precision"] == "bf16"
