@@ -34,7 +34,7 @@ from cosearch.calibration import _subset, cross_validate, error_stats, fit_profi
 from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.interval import interval_factors  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE  # noqa: E402
-from cosearch.validation import BRIDGE_DENSE_PATH, JAX_PATH, LONG_CONTEXT_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs, stated_peak_memory_gib, validation_table  # noqa: E402
+from cosearch.validation import BRIDGE_DENSE_PATH, DGXC_2024_PATH, JAX_PATH, LONG_CONTEXT_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs, stated_peak_memory_gib, validation_table  # noqa: E402
 from cosearch.validation_moe import MOE_PATH  # noqa: E402
 
 #: What the model misses on the rows it predicts worst (analysis of the breakdowns, by row id).
@@ -227,6 +227,8 @@ HELD_OUT_SETS = (
     ("long_context", LONG_CONTEXT_PATH, "NeMo 24.03 long-sequence table, Llama 2 7B fp8 on H100, 4k-1M tokens, CP 1-32"),
     ("torchtitan", TORCHTITAN_PATH, "torchtitan (PyTorch-native) Llama 2/3 on A100, 500 W H100 and H200, 8-512 GPUs"),
     ("jax", JAX_PATH, "MaxText (JAX/XLA) Llama 2 7B on 1-16 GCP A3 High VMs, Llama 3 70B on 128 DGX Cloud H100"),
+    ("dgxc_2024", DGXC_2024_PATH, "dgxc-benchmarking recipes of late 2024 (NeMo 24.05/24.09): Nemotron-4 15B/340B, "
+     "Llama 3.1 8B/70B, GPT-3 175B on 8-2048 H100, bf16 and fp8"),
 )
 
 
