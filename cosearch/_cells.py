@@ -172,10 +172,10 @@ def sdpa_attention(torch_version: str | None) -> str:
     return "flash" if (major, minor) >= SDPA_CUDNN_FROM else "flash2"
 
 
-#: A framework cell that states Transformer Engine's cuDNN attention switched off (``NVTE_FUSED_ATTN=0``): TE then
+#: A framework cell that states Transformer Engine's cuDNN attention setting (``NVTE_FUSED_ATTN=0`` or ``=1``): off, TE
 #: runs the flash-attn package, FlashAttention-2 on Hopper (TE's attention backend selection; NVIDIA's dgxc-benchmarking
-#: Nemotron-4 340B and GPT-3 175B recipes of 2024 export it in their configure.sh).
-_CUDNN_ATTENTION_OFF = re.compile(r"nvte_fused_attn\s*=\s*0\b")
+#: Nemotron-4 340B and GPT-3 175B recipes of 2024 export it in their configure.sh); on, cuDNN whatever the container.
+_CUDNN_ATTENTION = re.compile(r"nvte_fused_attn\s*=\s*([01])\b")
 
 
 def attention_kernel(framework: str, legacy: bool) -> str:
@@ -186,16 +186,17 @@ def attention_kernel(framework: str, legacy: bool) -> str:
     ("SDPA": its flash backend is FlashAttention-2, and on H100 it does not pick the cuDNN backend:
     pytorch/pytorch#142132, Dec 2024, native SDPA 329 vs cuDNN 631 TFLOP/s at head_dim 128, "expected, see
     #141133"; every SDPA row predates PyTorch 2.11, :func:`sdpa_attention`), for NeMo containers run with cuDNN attention switched off
-    (:data:`NEMO_LAUNCHER_FA2_RELEASES`) and where the cell states it switched off (:data:`_CUDNN_ATTENTION_OFF`), else the
-    GPU's own fused kernel."""
+    (:data:`NEMO_LAUNCHER_FA2_RELEASES`) unless the cell states it on, and where the cell states it off
+    (:data:`_CUDNN_ATTENTION`), else the GPU's own fused kernel."""
     f = framework.lower()
     if legacy:
         return "standard"
-    if "flexattention" in f or "flex attention" in f or "sdpa" in f or _CUDNN_ATTENTION_OFF.search(f):
+    stated = _CUDNN_ATTENTION.search(f)
+    if "flexattention" in f or "flex attention" in f or "sdpa" in f or (stated and stated.group(1) == "0"):
         return "flash2"
     release = container_release(f)
     first, last = NEMO_LAUNCHER_FA2_RELEASES
-    if "nemo" in f and release is not None and first <= release <= last:
+    if "nemo" in f and release is not None and first <= release <= last and not stated:
         return "flash2"
     return "triton" if "triton" in f else "flash"
 

@@ -125,6 +125,9 @@ def test_optimizer_states_and_attention_kernels_of_a_stack():
     # TE's cuDNN attention switched off by the recipe: the flash-attn package (FlashAttention-2) runs
     assert attention_kernel("NeMo 24.09 (Megatron-Core, TE; NVTE_FUSED_ATTN=0)", False) == "flash2"
     assert attention_kernel("NeMo 24.09 (Megatron-Core, TE; NVTE_FUSED_ATTN=1)", False) == "flash"
+    # a stated setting wins over the launcher-era container rule (24.03-24.07 ran FA2 unless told otherwise)
+    assert attention_kernel("NeMo 24.05 (Megatron-Core, TE)", False) == "flash2"
+    assert attention_kernel("NeMo 24.05 (Megatron-Core, TE; NVTE_FUSED_ATTN=1)", False) == "flash"
 
 
 def test_nemo_containers_whose_launcher_turned_cudnn_attention_off_run_flashattention2():
