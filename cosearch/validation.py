@@ -9,6 +9,7 @@ activations; sequence parallelism arrived in 2022).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -385,6 +386,12 @@ def load_published_runs(*paths: str | Path) -> pd.DataFrame:
                      ignore_index=True)
 
 
+@functools.lru_cache(maxsize=1)
+def _recipe_settings() -> pd.DataFrame:
+    """:data:`RECIPE_SETTINGS_PATH` as text cells, read once per process (a validation loads a dozen tables)."""
+    return pd.read_csv(RECIPE_SETTINGS_PATH, dtype=str)
+
+
 def with_recipe_settings(runs: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     """``runs`` (read from ``path``) with the blank cells :data:`RECIPE_SETTINGS_PATH` fills for that table's rows.
     A setting never replaces a stated cell: where the table states one, the table's value stays and the
@@ -392,7 +399,7 @@ def with_recipe_settings(runs: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     path = Path(path).resolve()
     if path.parent != DATA_DIR.resolve() or not RECIPE_SETTINGS_PATH.exists():
         return runs
-    settings = pd.read_csv(RECIPE_SETTINGS_PATH, dtype=str)
+    settings = _recipe_settings()
     settings = settings[settings["table"] == path.name]
     if settings.empty:
         return runs
@@ -405,7 +412,7 @@ def with_recipe_settings(runs: pd.DataFrame, path: str | Path) -> pd.DataFrame:
             runs[s.column] = runs[s.column].astype(object)
         for i in at:
             stated = runs.at[i, s.column]
-            if isinstance(stated, str) and stated.strip() or not isinstance(stated, str) and pd.notna(stated):
+            if pd.notna(stated) and str(stated).strip():
                 if str(stated) != s.value:
                     log.warning("%s row %s: the table states %s = %r; the recipe setting %r is not applied",
                                 path.name, s.row_id, s.column, stated, s.value)
