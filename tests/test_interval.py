@@ -244,12 +244,11 @@ def test_moe_band_per_row_in_a_mixed_batch():
     """The vectorized path picks the band row by row: dense and MoE rows of one batch each get their own."""
     from cosearch import evaluate
     from cosearch.scenario import load_scenario, scenario_columns
+    from cosearch.validation import stack_columns
 
     rows = [scenario_columns(load_scenario(MOE_SCENARIO)),
             scenario_columns(load_scenario({**MOE_SCENARIO, "model": "llama2-7b", "plan": {**MOE_SCENARIO["plan"], "ep": 1}}))]
-    cols = {k: np.array([float(np.asarray(r.get(k, np.nan)).reshape(-1)[0]) for r in rows])
-            for k in set(rows[0]) | set(rows[1])}
-    out = evaluate(cols)
+    out = evaluate(stack_columns(rows))  # a column only one row sets takes the model's default in the other
     ratio_hi = out["step_time_high_s"] / out["step_time_s"]
     assert ratio_hi[0] == pytest.approx(interval.interval_factors(moe=True)[1], rel=1e-12)
     assert ratio_hi[1] == pytest.approx(interval.interval_factors()[1], rel=1e-12)
