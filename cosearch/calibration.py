@@ -221,7 +221,7 @@ def _check_profile_numbers(fields: Mapping[str, Any], path: str) -> None:
     number = TypeAdapter(Float)
     for key, value in fields.items():
         if key not in Profile.model_fields:
-            continue  # Profile names the unknown key
+            continue  # read_profile_file names the unknown key
         try:
             value = number.validate_python(value)
         except ValidationError as err:
