@@ -122,11 +122,17 @@ def paced_stage_s(schedule, pp, n_stage, n_first, n_last, layer_s, heads_s, one_
     ZB-V rank 0 holds chunks 0 and 2p-1 and every micro-batch passes both (Qi et al. sec. 6): the two ends' layer
     deficits both land there, (n_first + n_last - n_stage) layers + heads; the other ranks ``n_stage`` layers.
     """
-    mid = n_stage * layer_s
-    ends = 0.5 * ((n_first + n_last) * layer_s + heads_s)
-    dual = ops.where(pp > 2, ops.maximum(mid, ends), ends)
-    zb_v = ops.maximum(mid, (n_first + n_last - n_stage) * layer_s + heads_s)
+    mid, dual_end, zb_v_end = _layout_loads(n_stage, n_first, n_last, layer_s, heads_s)
+    dual = ops.where(pp > 2, ops.maximum(mid, dual_end), dual_end)
+    zb_v = ops.maximum(mid, zb_v_end)
     return ops.select([(schedule == DUALPIPE) & (pp > 1), schedule == ZB_V], [dual, zb_v], one_f_one_b_s)
+
+
+def _layout_loads(n_stage, n_first, n_last, per_layer, heads):
+    """(a middle rank, a DualPipe end rank, ZB-V rank 0)'s load per micro-batch of ``per_layer`` a layer plus
+    ``heads`` for the output heads, as :func:`paced_stage_s` lays the ranks out."""
+    return (n_stage * per_layer, 0.5 * ((n_first + n_last) * per_layer + heads),
+            (n_first + n_last - n_stage) * per_layer + heads)
 
 
 def paced_wgrad_s(schedule, pp, n_stage, n_first, n_last, gemm_layer_s, logit_gemm_s, layer_s, heads_s):
@@ -135,12 +141,10 @@ def paced_wgrad_s(schedule, pp, n_stage, n_first, n_last, gemm_layer_s, logit_ge
     (``layer_s``, ``heads_s``: forward + backward of a layer and of the output heads), a middle rank (no output
     layer) where it is the fuller one; the 1F1B family's W (the fullest stage and the output layer) otherwise."""
     one = weight_grad_time_s(n_stage, gemm_layer_s, logit_gemm_s)
-    mid_s, mid_w = n_stage * layer_s, n_stage * gemm_layer_s
-    ends = n_first + n_last
-    dual = ops.where((pp > 2) & (mid_s > 0.5 * (ends * layer_s + heads_s)), mid_w,
-                     0.5 * (ends * gemm_layer_s + logit_gemm_s))
-    zb_v = ops.where(mid_s > (ends - n_stage) * layer_s + heads_s, mid_w,
-                     (ends - n_stage) * gemm_layer_s + logit_gemm_s)
+    mid_s, dual_s, zb_v_s = _layout_loads(n_stage, n_first, n_last, layer_s, heads_s)
+    mid_w, dual_w, zb_v_w = _layout_loads(n_stage, n_first, n_last, gemm_layer_s, logit_gemm_s)
+    dual = ops.where((pp > 2) & (mid_s > dual_s), mid_w, dual_w)
+    zb_v = ops.where(mid_s > zb_v_s, mid_w, zb_v_w)
     return ops.select([(schedule == DUALPIPE) & (pp > 1), schedule == ZB_V], [dual, zb_v], one)
 
 
