@@ -556,12 +556,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
               if ops.any(rc == mem.OP_SAC) else 0.0)
     recompute_fwd_flops = ops.where(rc >= 2, model_flops / 3.0 - (1.0 + mtp) * 2.0 * h * V * tokens_step - fc2_skipped,
                                    ops.where(rc > 1, op_sac, ops.where((rc >= 1) & std_attn, attn_core, 0.0)))
-    if ext is not None and ext.mla_parts is not None and ops.any(c["recompute_mla_up_proj"] > 0):
+    if ext is not None and ext.up_rerun_params is not None:
         # plan.recompute_mla_up_proj (moot under full recompute): MLA's q and k/v up-projections rerun in the backward
-        d_v = ext.widths[5]
-        up_params = ext.mla_parts[1] - c["heads"] * d_v * h  # the TP-split MLA weights less the output projection
-        recompute_fwd_flops = recompute_fwd_flops + ops.where(
-            (c["mla"] > 0) & (rc < 2) & (c["recompute_mla_up_proj"] > 0), L * 2.0 * up_params * tokens_step, 0.0)
+        recompute_fwd_flops = recompute_fwd_flops + L * 2.0 * ext.up_rerun_params * tokens_step
     model_tflops_per_gpu = model_flops / (step * gpus) / 1e12
     hw_tflops_per_gpu = (model_flops + recompute_fwd_flops) / (step * gpus) / 1e12
     run = _training(c, step) if training else blocks.DEFERRED

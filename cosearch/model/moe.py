@@ -248,6 +248,8 @@ class Terms(NamedTuple):
                            # (None when no row runs a split-backward schedule)
     widths: tuple          # :func:`widths` of the rows
     mla_parts: tuple = None  # :func:`mla_params` of the rows
+    up_rerun_params: object = None  # MLA up-projection parameters plan.recompute_mla_up_proj reruns in the backward
+                                    # (0 in the other rows; None when no row reruns them)
 
 
 def paired_a2a_exposed_s(a2a_f, a2a_b, compute_f, compute_b, overlap):
@@ -465,6 +467,8 @@ def terms(c, *, tok, s_loc, mb, m, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_
     # --- parameters on each rank -------------------------------------------------------------------
     mla_parts = mla_params(c, d_qk, d_v)
     attn_loc = attention_params_local(c, tp, w, kv_loc, mla_parts)
+    # the MLA weights plan.recompute_mla_up_proj reruns (the TP-split ones less the output projection), where it does
+    up_rerun_params = ops.where(up_rerun > 0, mla_parts[1] - a * d_v * h, 0.0) if ops.any(up_rerun > 0) else None
     mlp_w = g2 * h
     dense_loc = attn_loc + mlp_w * fd / tp
     moe_loc = attn_loc + h * E + mlp_w * fs / tp
@@ -515,7 +519,7 @@ def terms(c, *, tok, s_loc, mb, m, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_
         layer_params=pick(layer_params, dense_params_layer), largest_weight=largest_weight, gemm_f=gemm_f,
         gathered_layer=None if gathered_layer is None else pick(gathered_layer, dense_params_layer),
         wgrad_layer=wgrad_layer, widths=w,
-        mla_parts=mla_parts,
+        mla_parts=mla_parts, up_rerun_params=up_rerun_params,
     )
 
 
