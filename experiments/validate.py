@@ -34,7 +34,7 @@ from cosearch.calibration import _subset, cross_validate, error_stats, fit_profi
 from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.interval import interval_factors  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE  # noqa: E402
-from cosearch.validation import BRIDGE_DENSE_PATH, DGXC_2024_PATH, JAX_PATH, LONG_CONTEXT_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs, stated_peak_memory_gib, validation_table  # noqa: E402
+from cosearch.validation import BRIDGE_DENSE_PATH, DGXC_2024_PATH, JAX_PATH, Candidates, LONG_CONTEXT_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs, stated_peak_memory_gib, validation_table  # noqa: E402
 from cosearch.validation_moe import MOE_PATH  # noqa: E402
 
 #: What the model misses on the rows it predicts worst (analysis of the breakdowns, by row id).
@@ -308,11 +308,17 @@ MOE_REASONS = {
 }
 
 
-def moe_held_out_log_errors(key: str) -> tuple[np.ndarray, np.ndarray]:
+def dense_and_moe_candidates() -> Candidates:
+    """The dense published runs (public + modern) and published_runs_moe.csv as one candidate table."""
+    return build_candidates(pd.concat([load_published_runs(), pd.read_csv(MOE_PATH)], ignore_index=True))
+
+
+def moe_held_out_log_errors(key: str, both: Candidates | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(log(predicted / measured), the row's ``key``) per MoE row of published_runs_moe.csv, each group of MoE
     rows sharing ``key`` ("model" or "source_id") predicted by a profile fitted on the dense rows and the other
-    MoE groups (leave-one-model-out / leave-one-source-out; also experiments/prediction_interval.py's MoE band)."""
-    both = build_candidates(pd.concat([load_published_runs(), pd.read_csv(MOE_PATH)], ignore_index=True))
+    MoE groups (leave-one-model-out / leave-one-source-out; also experiments/prediction_interval.py's MoE band).
+    ``both``: :func:`dense_and_moe_candidates`, where the caller already has it."""
+    both = dense_and_moe_candidates() if both is None else both
     is_moe = both.rows["experts"].fillna(0).to_numpy() > 0
     groups = both.rows.loc[is_moe, key].to_numpy()
     held = np.full(is_moe.sum(), np.nan)
@@ -329,8 +335,9 @@ def moe_report(dense: "object", profile, out_dir: Path) -> dict:
     moe = build_candidates(pd.read_csv(MOE_PATH))
     df = validation_table(moe, profile)
     df["ep"] = [moe.scenarios[i]["plan"]["ep"] for i in _chosen(moe, profile)]
+    both = dense_and_moe_candidates()  # built once for the two hold-out schemes
     for name, key in (("error_lomo", "model"), ("error_loso", "source_id")):
-        df[name] = np.expm1(moe_held_out_log_errors(key)[0])
+        df[name] = np.expm1(moe_held_out_log_errors(key, both)[0])
     df["reason"] = [MOE_REASONS.get(int(r), "") for r in df["row_id"]]
     df.to_csv(out_dir / "validation_moe.csv", index=False, float_format=CSV_FLOAT)
     report: dict = {"rows": int(len(df)), "overall": {}, "by": {}}
