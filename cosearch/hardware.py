@@ -155,7 +155,6 @@ def gpu(gpu_id: str) -> dict[str, Any]:
     return cat[gpu_id]
 
 
-
 def type_columns(name: str) -> dict[str, float]:
     """The catalog's hardware columns of GPU ``name`` (:data:`cosearch.model.hetero.HARDWARE_COLUMNS`, no
     overrides) but its peak, which depends on the precision: the caller sets it."""
