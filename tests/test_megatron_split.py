@@ -160,3 +160,46 @@ def test_import_refuses_a_last_stage_above_the_models_count_with_mtp():
     with pytest.raises(CosearchError) as err:
         megatron.parse_args(args, {"gpu": "h100-sxm", "gpus": 4})
     assert err.value.field == LAST and "8 + 1 MTP" in str(err.value) and "at most 7" in str(err.value)
+
+
+def test_pp2_interleave_refusal_suggests_an_interleave_that_exports():
+    """45 layers + 4 MTP on pp 2 with 5 virtual stages: the refusal used to suggest interleave 3, which the export
+    then refused with a split "24, 27, 21 (first, middle, last)" (no middle stage exists at pp 2): at interleave 3
+    the model evaluates the fullest rank at 27, which pp 2 needs on the first stage or on the last with its MTP
+    modules, and multiples of 3 within the ends' counts (26 and 26 - 4) cannot hold it. The suggestion must export."""
+    with pytest.raises(CosearchError) as err:
+        megatron.uneven_stages(_sc(45, 2, 5, 4))
+    msg = str(err.value)
+    assert err.value.field == "plan.interleave" and "\n" not in msg and "middle" not in msg
+    assert msg.endswith("use interleave = 1")
+    sc = _sc(45, 2, 1, 4)
+    assert megatron.uneven_stages(sc) == (24, 0, 21)  # 24 (model: 24) and 21 + 4 MTP = 25, the fullest
+    text = export(sc, "megatron")
+    back = megatron.parse_args(text, sc.cluster.model_dump(exclude_none=True))
+    assert estimate(back)["step_time_s"] == pytest.approx(estimate(sc)["step_time_s"], rel=1e-9)
+    # interleave 3 itself: refused on plan.interleave, naming the pp 2 rule (not a split with a middle stage)
+    for call in (lambda: megatron.uneven_stages(_sc(45, 2, 3, 4)), lambda: export(_sc(45, 2, 3, 4), "megatron")):
+        with pytest.raises(CosearchError) as err:
+            call()
+        msg = str(err.value)
+        assert err.value.field == "plan.interleave" and "middle" not in msg and "\n" not in msg
+        assert "fullest rank at 27 layers, which with pp 2 the first or the last stage + 4 MTP must hold" in msg
+        assert msg.endswith("use interleave = 1")
+
+
+def test_suggested_interleave_always_exports():
+    """Over layers 8..80, pp 2..8, interleave 2..5 and 0..4 MTP modules: where plan.interleave is refused with a
+    suggested interleave, the export takes that interleave."""
+    suggested = 0
+    for layers, pp, v, mtp in itertools.product(range(8, 81), range(2, 9), range(2, 6), range(5)):
+        if layers % (pp * v) == 0:
+            continue
+        try:
+            megatron.uneven_stages(_sc(layers, pp, v, mtp))
+        except CosearchError as err:
+            words = str(err).rsplit("use interleave = ", 1)
+            if err.field != "plan.interleave" or len(words) < 2 or not words[1].isdigit():
+                continue
+            megatron.flags(_sc(layers, pp, int(words[1]), mtp))  # raises if the suggestion is refused
+            suggested += 1
+    assert suggested > 100

@@ -192,11 +192,14 @@ def stage_split(layers: int, pp: int, interleave: int, mtp: int, first: int | No
 
 
 def _model_split(layers: int, pp: int, v: int, mtp: int) -> tuple[int, int, int] | None:
-    """(first, each middle, last) that :func:`uneven_stages` writes for these counts; None where no split fits the
-    model's (:func:`_ends`)."""
+    """(first, each middle, last) that :func:`uneven_stages` writes for these counts (each middle 0 at pp 2, which
+    has none); None where no split fits the model's (:func:`_ends`), or where pp is 2 and neither the first stage
+    nor the last with its MTP modules reaches the fullest count (:func:`stage_split`'s rule)."""
     full, first_max, last_max = model_stages(layers, pp, v, mtp)
     ends = _ends(layers - (pp - 2) * full, v, first_max, last_max - mtp)
-    return None if ends is None else (ends[0], full, ends[1])
+    if ends is None or (pp == 2 and max(ends[0], ends[1] + mtp) < full):
+        return None
+    return ends[0], (full if pp > 2 else 0), ends[1]
 
 
 def uneven_stages(sc: Scenario) -> tuple[int, int, int] | None:
@@ -205,7 +208,8 @@ def uneven_stages(sc: Scenario) -> tuple[int, int, int] | None:
     the first and last stage the rest, neither more than the model evaluates on that rank (:func:`model_stages`,
     the last with its MTP modules) and the first the smaller share (:func:`_ends`). Refused where no such split
     exists: too few layers left for the ends (plan.pp), or their counts not multiples of the interleave that fit
-    the model's (plan.interleave); a split the model did not evaluate is never written."""
+    the model's, or at pp 2 neither end (the last with its MTP modules) at the fullest count (plan.interleave, with
+    a smaller interleave that exports where one does); a split the model did not evaluate is never written."""
     m, pl = sc.model, sc.plan
     layers, pp, v, mtp = m.layers, pl.pp, pl.interleave, m.mtp_layers or 0
     if pp == 1 or layers % (pp * v) == 0:
@@ -226,14 +230,13 @@ def uneven_stages(sc: Scenario) -> tuple[int, int, int] | None:
                          "use a smaller pp")
         alt = next((w for w in range(v - 1, 0, -1)
                     if layers % (pp * w) == 0 or _model_split(layers, pp, w, mtp) is not None), None)
-        raise refuse("plan.interleave", f"interleave = {v}: {ends}; {bounds}, and multiples of {v} within those sum "
-                     f"to at most {first_max // v * v + (last_max - mtp) // v * v}, not {rest}; use "
+        reach = first_max // v * v + (last_max - mtp) // v * v
+        why = (f"multiples of {v} within those sum to at most {reach}, not {rest}" if reach < rest else
+               f"cosearch evaluates the fullest rank at {full} layers, which with pp 2 the first or the last stage"
+               f"{f' + {mtp} MTP' if mtp else ''} must hold; no split in multiples of {v} within those does")
+        raise refuse("plan.interleave", f"interleave = {v}: {ends}; {bounds}, and {why}; use "
                      + (f"interleave = {alt}" if alt else "interleave = 1 or a smaller pp"))
-    try:
-        return stage_split(layers, pp, v, mtp, split[0], split[2])
-    except CosearchError as err:
-        raise refuse("plan.pp", f"pp = {pp}: the split {split[0]}, {full}, {split[2]} (first, middle, last) "
-                     f"{err.message}") from None
+    return split
 
 
 def flags(sc: Scenario) -> list[str]:
