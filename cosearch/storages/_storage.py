@@ -131,12 +131,9 @@ def resolve_storage(url: str | None, *, workdir: Path | None = None, must_exist:
     check_optuna()
     base = Path.cwd() if workdir is None else Path(workdir)
     url = check_storage(url)
-    if url is None:
-        return _journal(base / DEFAULT_JOURNAL, must_exist)
-    if url.startswith(_RDB_PREFIXES):
+    if url is not None and url.startswith(_RDB_PREFIXES):
         return _rdb(normalize_url(url), must_exist, base)
-    path = Path(url).expanduser()
-    return _journal(path if path.is_absolute() else base / path, must_exist)
+    return _journal(storage_file(url, base), must_exist)
 
 def _check_writable(path: Path) -> None:
     """The journal file (a regular file) and its directory (for the lock file) must be writable:
