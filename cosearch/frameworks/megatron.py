@@ -101,17 +101,11 @@ FIRST, LAST = "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-nu
 _log = logging.getLogger(__name__)
 
 
-def fullest_layers(layers: int, pp: int, interleave: int, mtp: int) -> int:
-    """Layers on the fullest pipeline rank as the model evaluates it (:func:`cosearch.model.memory.stage_layers`,
-    each MTP module counted as a layer): ceil(layers / (pp*v)) * v without MTP. That rank paces the pipeline."""
-    return int(stage_layers(layers + mtp, pp, interleave)[0])
-
-
 def model_stages(layers: int, pp: int, interleave: int, mtp: int) -> tuple[int, int, int]:
     """(fullest, first, last) layers per pipeline rank as the model evaluates them
     (:func:`cosearch.model.memory.stage_layers` on ``layers + mtp``: the last rank's count includes its MTP modules).
-    An uneven split takes one layer off the first rank (deficit 1), or off the first and the last (deficit 2 or
-    more)."""
+    The fullest is ceil(layers / (pp*v)) * v without MTP; that rank paces the pipeline. An uneven split takes one
+    layer off the first rank (deficit 1), or off the first and the last (deficit 2 or more)."""
     return tuple(int(n) for n in stage_layers(layers + mtp, pp, interleave))  # type: ignore[return-value]
 
 
@@ -146,7 +140,7 @@ def stage_split(layers: int, pp: int, interleave: int, mtp: int, first: int | No
 
     Checked as Megatron-Core 0.14's TransformerConfig checks it (at least one layer per stage, the rest a whole
     number per middle stage, each count a multiple of the virtual stages), and against the model
-    (:func:`model_stages`): the middle ranks must hold the fullest count (:func:`fullest_layers`), the first stage
+    (:func:`model_stages`): the middle ranks must hold the fullest count (its first value), the first stage
     at most the model's first-rank count and the last, with its MTP modules, at most the model's last-rank count.
     A split the model cannot represent is refused, not read with a warning: an end holding more layers than the
     model evaluates there (e.g. 31 layers on pp 4 with 8 on the first stage, which the model evaluates at 7) would
@@ -204,7 +198,7 @@ def _model_split(layers: int, pp: int, v: int, mtp: int) -> tuple[int, int, int]
 
 def uneven_stages(sc: Scenario) -> tuple[int, int, int] | None:
     """(first, each middle, last) decoder layers per pipeline rank where pp * interleave does not divide
-    model.layers (None where it does): the middle ranks hold the model's fullest count (:func:`fullest_layers`),
+    model.layers (None where it does): the middle ranks hold the model's fullest count (:func:`model_stages`),
     the first and last stage the rest, neither more than the model evaluates on that rank (:func:`model_stages`,
     the last with its MTP modules) and the first the smaller share (:func:`_ends`). Refused where no such split
     exists: too few layers left for the ends (plan.pp), or their counts not multiples of the interleave that fit
