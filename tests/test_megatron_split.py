@@ -203,3 +203,26 @@ def test_suggested_interleave_always_exports():
             megatron.flags(_sc(layers, pp, int(words[1]), mtp))  # raises if the suggestion is refused
             suggested += 1
     assert suggested > 100
+
+
+def test_import_refusal_examples_are_splits_the_import_reads():
+    """The "e.g." split a stage_split refusal gives is the export's (_model_split) and reads back; at pp 2 where no
+    split has an end at the fullest count (8 layers + 1 MTP, 2 virtual stages: the model evaluates 6, 5 and 5), none
+    is given (the ends' bounds alone gave 4 and 4, which the pp 2 rule refuses)."""
+    examples = 0
+    for layers, pp, v, mtp in itertools.product(range(6, 28), range(2, 6), range(1, 4), (0, 1, 2)):
+        for first, last in itertools.product([None, *range(1, layers)], repeat=2):
+            if (first, last) == (None, None):
+                continue
+            try:
+                megatron.stage_split(layers, pp, v, mtp, first, last)
+            except CosearchError as err:
+                words = str(err).split(", e.g. ")
+                if len(words) == 2:
+                    toks = words[1].split()
+                    megatron.stage_split(layers, pp, v, mtp, int(toks[1]), int(toks[3]))  # raises if refused
+                    examples += 1
+    assert examples > 1000
+    with pytest.raises(CosearchError) as err:
+        megatron.stage_split(8, 2, 2, 1, 6, None)
+    assert str(err.value).endswith("at most 5") and "e.g." not in str(err.value)

@@ -162,34 +162,39 @@ def stage_split(layers: int, pp: int, interleave: int, mtp: int, first: int | No
         raise CosearchError(flag, f"leaves {rest} layers for {middles} middle stages: Megatron-Core needs the same "
                             f"count on each, {each}")
     middle = rest // middles if middles else 0
-    full, first_max, last_max = model_stages(layers, pp, interleave, mtp)
+    stages = full, first_max, last_max = model_stages(layers, pp, interleave, mtp)
     first_n, last_n = (middle if first is None else first), (middle if last is None else last)
-    ends = _ends(layers - (pp - 2) * full, interleave, first_max, last_max - mtp)
-    example = f", e.g. {FIRST} {ends[0]} {LAST} {ends[1]}" if ends else ""
+
+    def example() -> str:  # the split the export writes, for the messages below (worked out only for one)
+        split = _model_split(layers, pp, interleave, mtp, stages)
+        return f", e.g. {FIRST} {split[0]} {LAST} {split[2]}" if split else ""
+
     if pp > 2 and middle != full:
         raise CosearchError(flag, f"puts {middle} layers on each middle stage; cosearch evaluates the fullest rank at "
-                            f"{full} layers, so the middle stages need {full} each{example}")
+                            f"{full} layers, so the middle stages need {full} each{example()}")
     mtp_note = f" + {mtp} MTP" if mtp else ""
     if first_n > first_max:
         raise CosearchError(FIRST, f"{first_n}{'' if first is not None else ' (absent: the middle count)'}: cosearch "
                             f"evaluates the first stage (pp micro-batches of activations in flight) at {first_max} "
                             f"layers and would under-estimate its memory by {_layers(first_n - first_max)}; at most "
-                            f"{first_max}{example}")
+                            f"{first_max}{example()}")
     if last_n + mtp > last_max:
         raise CosearchError(LAST, f"{last_n}{mtp_note}{'' if last is not None else ' (absent: the middle count)'}: "
                             f"cosearch evaluates the last stage at {last_max} layers and would under-estimate that "
-                            f"stage by {_layers(last_n + mtp - last_max)}; at most {last_max - mtp}{example}")
+                            f"stage by {_layers(last_n + mtp - last_max)}; at most {last_max - mtp}{example()}")
     if pp == 2 and max(first_n, last_n + mtp) < full:
         raise CosearchError(FIRST, f"{first_n}: cosearch evaluates the fullest rank at {full} layers; with pp 2 the "
                             f"first or the last stage{mtp_note} needs {full}")
     return first_n, middle, last_n
 
 
-def _model_split(layers: int, pp: int, v: int, mtp: int) -> tuple[int, int, int] | None:
+def _model_split(layers: int, pp: int, v: int, mtp: int,
+                 stages: tuple[int, int, int] | None = None) -> tuple[int, int, int] | None:
     """(first, each middle, last) that :func:`uneven_stages` writes for these counts (each middle 0 at pp 2, which
     has none); None where no split fits the model's (:func:`_ends`), or where pp is 2 and neither the first stage
-    nor the last with its MTP modules reaches the fullest count (:func:`stage_split`'s rule)."""
-    full, first_max, last_max = model_stages(layers, pp, v, mtp)
+    nor the last with its MTP modules reaches the fullest count (:func:`stage_split`'s rule). ``stages``: the
+    model's counts, :func:`model_stages` of the same arguments, where the caller has them already."""
+    full, first_max, last_max = stages or model_stages(layers, pp, v, mtp)
     ends = _ends(layers - (pp - 2) * full, v, first_max, last_max - mtp)
     if ends is None or (pp == 2 and max(ends[0], ends[1] + mtp) < full):
         return None
@@ -208,14 +213,14 @@ def uneven_stages(sc: Scenario) -> tuple[int, int, int] | None:
     layers, pp, v, mtp = m.layers, pl.pp, pl.interleave, m.mtp_layers or 0
     if pp == 1 or layers % (pp * v) == 0:
         return None
-    full, first_max, last_max = model_stages(layers, pp, v, mtp)
+    stages = full, first_max, last_max = model_stages(layers, pp, v, mtp)
     rest = layers - (pp - 2) * full
     ends = f"{layers} layers on pp = {pp} leave {rest} for the first and last stage" + (
         f" beside {full} on each middle one" if pp > 2 else "")
     if rest % v:
         raise refuse("plan.interleave", f"interleave = {v}: {ends}, not a multiple of {v} (Megatron-Core splits each "
                      "stage's layers evenly over its virtual stages)")
-    split = _model_split(layers, pp, v, mtp)
+    split = _model_split(layers, pp, v, mtp, stages)
     if split is None:
         bounds = (f"the model evaluates the first stage at {_layers(first_max)} and the last at {last_max}"
                   f"{f' with {mtp} MTP' if mtp else ''}")
