@@ -72,10 +72,10 @@ def test_storage_helpers_share_one_check(value):
 
 
 @pytest.mark.parametrize("value", [None, "runs/a.journal", " runs/a.journal ", "~/a.journal", "/abs/a.journal",
-                                   "sqlite_runs.journal"])
+                                   "sqlite_runs.journal", "mysql_runs.journal", "postgresql-x.journal"])
 def test_worker_storage_value_is_the_journal_file_storage_file_names(workdir, value):
     """_storage_value (what `run --workers` hands its workers) names the journal storage_file names, made absolute;
-    a journal whose name starts like a database kind is a journal (storage_kind agreed only for 'sqlite_...')."""
+    a journal whose name starts like a database kind is a journal (storage_kind once agreed only for 'sqlite_...')."""
     got = _storage_value(value)
     assert storage_kind(value) == "journal"
     assert got == str(storage_file(value)) and Path(got).is_absolute()
@@ -92,3 +92,43 @@ def test_worker_storage_value_is_the_journal_file_storage_file_names(workdir, va
 def test_database_urls_pass_unchanged(value, kind):
     assert storage_kind(value) == kind
     assert _storage_value(value) == value and _storage_value(f"  {value} ") == value
+
+
+#: Journal file names that begin with a database kind but have no ``kind:`` / ``kind+driver:`` prefix.
+DB_LIKE_JOURNALS = ["mysql_runs.journal", "postgresql-x.journal", "sqlite_runs.journal", "mysql",
+                    "postgresql.journal", "runs/mysql_a.journal"]
+
+
+@pytest.mark.parametrize("name", DB_LIKE_JOURNALS)
+def test_a_journal_named_like_a_database_kind_is_a_journal(tmp_path, name):
+    """`mysql_runs.journal` and `postgresql-x.journal` were taken for database URLs (a bare prefix matched) and
+    failed with "cannot open ...: Could not parse SQLAlchemy URL"; only ``kind:`` or ``kind+driver:`` is a URL."""
+    from optuna.storages import JournalStorage
+
+    from cosearch.storages import resolve_storage
+
+    assert check_storage(name) == name
+    assert storage_kind(name) == "journal"
+    assert storage_file(name, tmp_path) == tmp_path / name
+    got = resolve_storage(name, workdir=tmp_path)
+    assert isinstance(got, JournalStorage) and (tmp_path / name).is_file()
+
+
+@pytest.mark.parametrize("value, kind, file", [
+    ("postgresql+psycopg2://u:pw@h/db", "postgresql", None), ("postgresql+psycopg://u@h:5432/db", "postgresql", None),
+    ("mysql+pymysql://u@h/db", "mysql", None), ("mysql+mysqldb://u@h/db", "mysql", None),
+    ("sqlite:///x.db", "sqlite", "x.db"), ("sqlite+pysqlite:///x.db", "sqlite", "x.db"),
+    ("sqlite:///:memory:", "sqlite", None)])
+def test_database_urls_with_a_driver_are_recognised(tmp_path, value, kind, file):
+    """storage_kind / storage_file / check_storage share one recogniser: ``kind[+driver]:`` (nothing connects)."""
+    assert check_storage(f" {value} ") == value
+    assert storage_kind(value) == kind
+    assert storage_file(value, tmp_path) == (None if file is None else tmp_path / file)
+
+
+@pytest.mark.parametrize("value", ["postgres://u@h/db", "mysqlx://u@h/db", "sqlitex:///x.db"])
+def test_near_miss_database_schemes_are_refused(value):
+    """A ``scheme://`` that only starts like a database kind is refused like any other unknown scheme."""
+    for f in (check_storage, storage_file, storage_kind):
+        with pytest.raises(ValueError, match=r"^--storage: unsupported scheme"):
+            f(value)

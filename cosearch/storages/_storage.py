@@ -4,7 +4,7 @@ Default store: an optuna journal file ``cosearch_studies.journal`` in the workin
 guarded by a lock file (:class:`JournalLock`: optuna's ``JournalFileOpenLock`` protocol with a
 shorter retry delay, the holder's pid inside, and a dead holder's lock broken at once) so several
 processes can append concurrently; :class:`JournalBackend` drops a line cut by a crash before the
-next append and refuses a corrupt line. ``sqlite:``/``postgresql``/``mysql`` URLs give an
+next append and refuses a corrupt line. ``sqlite:``/``postgresql:``/``mysql:`` URLs give an
 ``RDBStorage`` with heartbeats (``postgresql://`` gets the installed driver; messages never show
 a password; a fresh SQLite file's tables are created under a file lock).
 
@@ -47,9 +47,11 @@ DEFAULT_JOURNAL = "cosearch_studies.journal"
 HEARTBEAT_INTERVAL = 60
 GRACE_PERIOD = 180
 
-#: ``--storage`` kinds by URL prefix; any other value without a ``scheme://`` is a journal file path.
-_KINDS = (("sqlite", "sqlite:"), ("postgresql", "postgresql"), ("mysql", "mysql"))
-_RDB_PREFIXES = tuple(prefix for _, prefix in _KINDS)
+#: A database ``--storage`` URL: ``sqlite:``, ``postgresql:`` or ``mysql:``, optionally with a SQLAlchemy driver
+#: (``postgresql+psycopg2:``); group 1 is its kind. The colon is required, so a journal file named
+#: ``mysql_runs.journal`` or ``postgresql-x.journal`` is a journal. Any other value without a ``scheme://`` is a
+#: journal file path. The one recogniser: every helper here goes through :func:`_rdb_kind`.
+_RDB_URL = re.compile(r"^(sqlite|postgresql|mysql)(\+\w+)?:")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _ALLOWED = ("a journal file path (default ./cosearch_studies.journal), sqlite:///FILE.db, "
             "postgresql://USER@HOST/DB or mysql://USER@HOST/DB")
@@ -58,15 +60,16 @@ _ALLOWED = ("a journal file path (default ./cosearch_studies.journal), sqlite://
 def check_storage(url: str | None) -> str | None:
     """A ``--storage`` value checked, the one gate every user of it goes through: None (the default
     journal) stays None, anything else comes back stripped. An empty value, or a ``scheme://`` other
-    than ``sqlite:``/``postgresql``/``mysql``, raises :class:`~cosearch.errors.CosearchError` naming
-    ``--storage`` and the accepted forms (it would otherwise be read as a journal path: ``ftp://x``
-    became the directory ``./ftp:/x``). No message shows a password."""
+    than ``sqlite:``/``postgresql:``/``mysql:`` (each optionally ``+driver``), raises
+    :class:`~cosearch.errors.CosearchError` naming ``--storage`` and the accepted forms (it would
+    otherwise be read as a journal path: ``ftp://x`` became the directory ``./ftp:/x``). No message
+    shows a password."""
     if url is None:
         return None
     if not isinstance(url, str) or not url.strip():
         raise CosearchError("--storage", f"empty value; use {_ALLOWED}")
     url = url.strip()
-    if url.startswith(_RDB_PREFIXES):
+    if _rdb_kind(url) is not None:
         return url
     m = _SCHEME.match(url)
     if m is not None:
@@ -77,11 +80,13 @@ def check_storage(url: str | None) -> str | None:
 def storage_kind(url: str | None) -> str:
     """'journal', 'sqlite', 'postgresql' or 'mysql' for a ``--storage`` value (checked: :func:`check_storage`)."""
     url = check_storage(url)
-    if url is not None:
-        for kind, prefix in _KINDS:
-            if url.startswith(prefix):
-                return kind
-    return "journal"
+    return (_rdb_kind(url) if url is not None else None) or "journal"
+
+
+def _rdb_kind(url: str) -> str | None:
+    """'sqlite', 'postgresql' or 'mysql' for a database URL (:data:`_RDB_URL`), None for anything else."""
+    m = _RDB_URL.match(url)
+    return None if m is None else m.group(1)
 
 
 _PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)@")
@@ -119,9 +124,9 @@ def resolve_storage(url: str | None, *, workdir: Path | None = None, must_exist:
     """Turn a ``--storage`` value into an optuna storage.
 
     ``None``: journal file ``workdir/cosearch_studies.journal`` (``workdir`` defaults to the
-    current directory at call time). ``sqlite:...``, ``postgresql...``, ``mysql...``: RDBStorage
-    with heartbeat; SQLite gets a 60 s busy timeout. Any other string without a ``scheme://``
-    prefix is a journal file path, relative to ``workdir``. Anything else raises
+    current directory at call time). ``sqlite:...``, ``postgresql:...``, ``mysql:...`` (optionally
+    ``+driver``): RDBStorage with heartbeat; SQLite gets a 60 s busy timeout. Any other string
+    without a ``scheme://`` prefix is a journal file path, relative to ``workdir``. Anything else raises
     :class:`~cosearch.errors.CosearchError` (a ``ValueError``) naming ``--storage``.
     ``must_exist`` (read-only commands): a missing journal or SQLite file is an error instead of
     being created. No message ever shows a password.
@@ -131,7 +136,7 @@ def resolve_storage(url: str | None, *, workdir: Path | None = None, must_exist:
     check_optuna()
     base = Path.cwd() if workdir is None else Path(workdir)
     url = check_storage(url)
-    if url is not None and url.startswith(_RDB_PREFIXES):
+    if url is not None and _rdb_kind(url) is not None:
         return _rdb(normalize_url(url), must_exist, base)
     return _journal(storage_file(url, base), must_exist)
 
@@ -193,9 +198,10 @@ def storage_file(url: str | None, base: Path | None = None) -> Path | None:
     url = check_storage(url)
     if url is None:
         return base / DEFAULT_JOURNAL
-    if url.startswith("sqlite:"):
+    kind = _rdb_kind(url)
+    if kind == "sqlite":
         return _sqlite_file(url, base)
-    if url.startswith(_RDB_PREFIXES):
+    if kind is not None:
         return None
     path = Path(url).expanduser()
     return path if path.is_absolute() else base / path
@@ -215,8 +221,9 @@ def _sqlite_file(url: str, base: Path) -> Path | None:
 
 def _rdb(url: str, must_exist: bool = False, base: Path | None = None) -> RDBStorage:
     engine_kwargs: dict[str, Any]
-    db_file = _sqlite_file(url, base or Path.cwd()) if url.startswith("sqlite:") else None
-    if url.startswith("sqlite:"):
+    sqlite = _rdb_kind(url) == "sqlite"
+    db_file = _sqlite_file(url, base or Path.cwd()) if sqlite else None
+    if sqlite:
         # Wait for the database lock instead of failing with "database is locked".
         engine_kwargs = {"connect_args": {"timeout": 60}}
         if must_exist and db_file is not None and not db_file.exists():
