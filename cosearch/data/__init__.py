@@ -38,11 +38,6 @@ def _read(name: str) -> tuple[str, Path | None]:
     return read_text(path, YAML_MAX_BYTES), path
 
 
-def data_text(name: str) -> str:
-    """The text of data file ``name``: the ``COSEARCH_DATA_DIR`` copy where there is one, else the shipped one."""
-    return _read(name)[0]
-
-
 def data_doc(name: str) -> Any:
     """YAML data file ``name`` parsed: a ``COSEARCH_DATA_DIR`` copy through the safe reader (size, binary, alias
     and depth caps; a one-line CosearchError naming that path), the shipped one as it is (safe loader, libyaml's
