@@ -226,3 +226,48 @@ def test_import_refusal_examples_are_splits_the_import_reads():
     with pytest.raises(CosearchError) as err:
         megatron.stage_split(8, 2, 2, 1, 6, None)
     assert str(err.value).endswith("at most 5") and "e.g." not in str(err.value)
+
+
+_BASE = ("--num-layers {layers} --hidden-size 1024 --num-attention-heads 8 --seq-length 2048 --micro-batch-size 1 "
+         "--vocab-size 32000 --bf16 --pipeline-model-parallel-size {pp} ")
+
+
+@pytest.mark.parametrize("layers, pp, extra, field, example", [
+    # DeepSeek-V3's 61 layers on pp 8 without a split flag: Megatron-LM's validate_args refuses it
+    (61, 8, "", "--pipeline-model-parallel-size", (6, 7)),
+    (61, 8, "--mtp-num-layers 1", "--pipeline-model-parallel-size", (7, 6)),  # 61 + 1 MTP: the export's 7 and 6
+    (61, 8, "--num-virtual-stages-per-pipeline-rank 3", "--pipeline-model-parallel-size", None),
+    (31, 4, "", "--pipeline-model-parallel-size", (7, 8)),
+    # 60 on pp 4 is 15 per stage, which 2 virtual stages cannot split evenly
+    (60, 4, "--num-virtual-stages-per-pipeline-rank 2", "--num-virtual-stages-per-pipeline-rank", (14, 14)),
+    (61, 1, "--num-virtual-stages-per-pipeline-rank 3", "--num-virtual-stages-per-pipeline-rank", None),
+])
+def test_import_refuses_layers_pp_does_not_divide_without_a_split(layers, pp, extra, field, example):
+    """Without --decoder-first/last-pipeline-num-layers, --num-layers must divide by pp (and by pp * the virtual
+    stages), as Megatron-LM requires; it was read silently, and the model evaluated an uneven split nobody ran.
+    The refusal names the flag and gives the split the export would write, which then reads back."""
+    args = _BASE.format(layers=layers, pp=pp) + extra
+    with pytest.raises(CosearchError) as err:
+        megatron.parse_args(args, {"gpu": "h100-sxm", "gpus": pp})
+    msg = str(err.value)
+    assert err.value.field == field and "\n" not in msg
+    if field == "--pipeline-model-parallel-size":
+        assert f"{pp} does not divide --num-layers {layers}" in msg
+        assert "Number of layers should be divisible by the pipeline-model-parallel size" in msg
+    if example is None:
+        assert "e.g." not in msg and "split fits" in msg
+        return
+    assert msg.endswith(f"e.g. {FIRST} {example[0]} {LAST} {example[1]}")
+    sc = megatron.parse_args(args + f" {FIRST} {example[0]} {LAST} {example[1]}", {"gpu": "h100-sxm", "gpus": pp})
+    split = megatron.uneven_stages(sc)
+    assert split is not None and (split[0], split[2]) == example
+
+
+@pytest.mark.parametrize("layers, pp, extra", [
+    (64, 8, ""), (64, 8, "--num-virtual-stages-per-pipeline-rank 2"),
+    (64, 8, "--num-layers-per-virtual-pipeline-stage 4"),
+    (61, 1, ""), (62, 2, "--mtp-num-layers 1"),  # MTP modules are not counted in Megatron's divisibility check
+])
+def test_import_reads_layers_pp_divides_without_a_split(layers, pp, extra):
+    sc = megatron.parse_args(_BASE.format(layers=layers, pp=pp) + extra, {"gpu": "h100-sxm", "gpus": pp})
+    assert (sc.model.layers, sc.plan.pp) == (layers, pp) and megatron.uneven_stages(sc) is None

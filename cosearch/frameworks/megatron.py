@@ -28,7 +28,8 @@ plan.pp not dividing layers    ``--decoder-first-pipeline-num-layers`` ``--decod
                                stage the smaller share, neither end above the model's count for it: the
                                first rank, pp micro-batches in flight, is evaluated a layer short);
                                read back when the middle ranks hold the fullest count and neither end more
-                               than the model's (refused otherwise)
+                               than the model's (refused otherwise; refused without the flags, as
+                               Megatron-LM refuses it)
 plan.interleave                ``--num-layers-per-virtual-pipeline-stage`` (layers / (pp*v)); with an uneven
                                split ``--num-virtual-stages-per-pipeline-rank`` (read either way)
 plan.microbatch                ``--micro-batch-size``
@@ -564,7 +565,8 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     model (data, tokenizer, optimizer, logging) are skipped; MoE, MLA and ``--kv-channels`` flags are
     read by :func:`.megatron_moe.parse_moe` (issue 15), and the ``--moe-*`` / ``--expert-*`` flags it does not
     read are logged as a warning. An uneven split (``--decoder-first/last-pipeline-num-layers``) is read where
-    :func:`stage_split` accepts it; custom pipeline layouts and CPU offloading are refused.
+    :func:`stage_split` accepts it; ``--num-layers`` that pp * interleave does not divide without those flags is
+    refused, as Megatron-LM refuses it (:func:`_even_split`); custom pipeline layouts and CPU offloading are refused.
     """
     seen = _tokens(args)
     for flag, why in _UNSUPPORTED.items():
@@ -693,4 +695,25 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     sc = parse_scenario({"model": model, "training": training, "cluster": cl, "plan": plan})
     if FIRST in seen or LAST in seen:  # checked on the parsed scenario: pp, interleave and MTP are valid there
         stage_split(layers, pp, interleave, sc.model.mtp_layers or 0, _int(seen, FIRST), _int(seen, LAST))
+    elif layers % (pp * interleave):
+        _even_split(layers, pp, interleave, sc.model.mtp_layers or 0)
     return sc
+
+
+def _even_split(layers: int, pp: int, interleave: int, mtp: int) -> None:
+    """Refuses ``--num-layers`` that pp * interleave does not divide where neither ``--decoder-first/last-pipeline-
+    num-layers`` is given: Megatron-LM's validate_args refuses it ("Number of layers should be divisible by the
+    pipeline-model-parallel size"; Megatron-Core's layer count per virtual stage likewise needs layers / pp divisible
+    by the virtual stages), counting decoder layers only (the MTP modules sit on the last stage beside them, as
+    :func:`stage_split` counts them), so no run had the split the model would evaluate. The one-line error names
+    the flag at fault and gives the split :func:`uneven_stages` would export (:func:`_model_split`) where one fits."""
+    split = _model_split(layers, pp, interleave, mtp) if pp > 1 else None
+    hint = (f"for an uneven split give e.g. {FIRST} {split[0]} {LAST} {split[2]}" if split else
+            f"no {FIRST} / {LAST} split fits cosearch's per-rank counts at this pp and interleave")
+    if layers % pp:
+        raise CosearchError("--pipeline-model-parallel-size", f"{pp} does not divide --num-layers {layers} "
+                            "(Megatron-LM: \"Number of layers should be divisible by the pipeline-model-parallel "
+                            f"size\"); {hint}")
+    raise CosearchError("--num-virtual-stages-per-pipeline-rank", f"{interleave} does not divide the {layers // pp} "
+                        f"layers per pipeline stage (--num-layers {layers} on --pipeline-model-parallel-size {pp}; "
+                        f"Megatron-Core splits each stage's layers evenly over its virtual stages); {hint}")
