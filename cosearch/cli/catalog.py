@@ -52,11 +52,17 @@ def _measured(entry: dict) -> str:
     return "bf16 only" if entry["efficiency_fp8"] == "default" else "yes"
 
 
-def _eta_fp8(entry: dict) -> str:
-    """The fp8 matmul efficiency the shipped profile uses, "-" for a GPU without fp8."""
+def _fp8_eta(entry: dict) -> float | None:
+    """The fp8 matmul efficiency the shipped profile uses, None for a GPU without fp8."""
     if entry["efficiency_fp8"] == "none":
-        return "-"
-    return f"{hardware.fp8_eta_used(entry, DEFAULT_PROFILE.fp8_matmul_relative):.3f}"
+        return None
+    return hardware.fp8_eta_used(entry, DEFAULT_PROFILE.fp8_matmul_relative)
+
+
+def _eta_fp8(entry: dict) -> str:
+    """:func:`_fp8_eta` as the table shows it, "-" for a GPU without fp8."""
+    eta = _fp8_eta(entry)
+    return "-" if eta is None else f"{eta:.3f}"
 
 
 def _instance_table(df) -> Table:
@@ -129,8 +135,7 @@ def _gpu_record(gpu_id: str, n_instances: int) -> dict:
     sources; a missing price is null), the fp8 eta the shipped profile uses (null without fp8) and the number of
     matching instance types."""
     e = hardware.gpu(gpu_id)
-    eta_fp8 = None if e["efficiency_fp8"] == "none" else hardware.fp8_eta_used(e, DEFAULT_PROFILE.fp8_matmul_relative)
-    return _plain({"id": gpu_id, **e, "matmul_efficiency_fp8_used": eta_fp8, "instance_types": n_instances})
+    return _plain({"id": gpu_id, **e, "matmul_efficiency_fp8_used": _fp8_eta(e), "instance_types": n_instances})
 
 
 def run(args: argparse.Namespace) -> int:
