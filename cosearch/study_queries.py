@@ -63,8 +63,14 @@ def feasible_trials(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False) if is_feasible_trial(t)]
 
 
-#: The budgets `best` takes (a subset of the space's constraint keys, same metrics).
+#: The budgets `best` takes (a subset of the space's constraint keys, same metrics): the one list of them. Its keys
+#: are the keyword arguments of :func:`best` and :func:`why_nothing` and the dests of `cosearch best`'s options.
 _LIMITS = {k: CONSTRAINT_METRICS[k] for k in ("max_cost_usd", "max_gpus", "max_days", "max_days_high", "max_cost_usd_high")}
+
+
+def _limits(values: Mapping[str, Any]) -> dict[str, float | None]:
+    """The budget of each :data:`_LIMITS` key in ``values`` (a caller's keyword arguments), in :data:`_LIMITS` order."""
+    return {k: values[k] for k in _LIMITS}
 
 
 def _qualifying(trials: Sequence[FrozenTrial], objective: str, limits: Mapping[str, float | None]) -> list[FrozenTrial]:
@@ -125,9 +131,8 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
     earlier trial. Answered from stored trials only (no model run). ``max_days_high`` and
     ``max_cost_usd_high`` bound the pessimistic time and cost to train (upper end of the 80 % prediction interval); ``step_time_interval_s``
     in the result is that interval of the step time as stored (None for studies made before it)."""
+    limits = _limits(locals())
     obj = _check_objective(study, objective)
-    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high,
-              "max_cost_usd_high": max_cost_usd_high}
     for k, v in limits.items():
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf):
             raise CosearchError(f"--{k.replace('_', '-')}", f"must be a finite positive number (got {v!r})")
@@ -218,14 +223,13 @@ def why_nothing(study: optuna.Study, objective: str | None = None, max_cost_usd:
                 max_gpus: float | None = None, max_days: float | None = None, max_days_high: float | None = None,
                 max_cost_usd_high: float | None = None) -> str:
     """One line saying why :func:`best` found nothing (which limit is out of reach)."""
+    limits = _limits(locals())
     info = study_info(study)
     feas = feasible_trials(study)
     n_all = sum(1 for t in study.get_trials(deepcopy=False) if counts_as_trial(t))
     if not feas:
         return f"no feasible configuration in study {study.study_name!r} ({n_all} trials, none feasible)"
     parts = []
-    limits = {"max_cost_usd": max_cost_usd, "max_gpus": max_gpus, "max_days": max_days, "max_days_high": max_days_high,
-              "max_cost_usd_high": max_cost_usd_high}
     stored = (info.get("summary") or {}).get("front_metrics") or []
     enumerate_again = info.get("kind") == "exhaustive" and not all(
         _LIMITS[k] in stored for k, v in limits.items() if v is not None)

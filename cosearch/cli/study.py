@@ -320,10 +320,10 @@ def print_front(out: Console, front: Any, objectives: Sequence[str], rows: int) 
 # ------------------------------------------------------------------------------------- best
 def best_command(args: argparse.Namespace) -> int:
     from ..study import best, load_study, why_nothing
+    from ..study_queries import _LIMITS
 
     study = load_study(args.study, args.storage)
-    kw = dict(objective=args.objective, max_cost_usd=args.max_cost_usd, max_gpus=args.max_gpus, max_days=args.max_days,
-              max_days_high=args.max_days_high, max_cost_usd_high=args.max_cost_usd_high)
+    kw = {"objective": args.objective, **{k: getattr(args, k) for k in _LIMITS}}  # option dests are the _LIMITS keys
     res = best(study, **kw)
     if res is None:
         print(why_nothing(study, **kw), file=sys.stderr)
