@@ -349,3 +349,30 @@ def test_a_sampled_run_on_in_memory_sqlite_takes_no_shared_budget(capsys):
     rc = main(["run", str(ROOT / "searchspaces" / "codesign-70b.yaml"), "--study", "m", "--storage", "sqlite:///:memory:",
                "--sampler", "random", "--trials", "10"])
     assert rc == 0, capsys.readouterr().err[-2000:]
+
+
+
+@pytest.mark.parametrize("form", ["postgresql"])
+def test_runs_and_workers_on_each_postgresql_url_form(pg_url, tmp_path, capsys, form):
+    """A plain run and ``--workers 2`` on ``FORM://USER@HOST/DB`` reach the exact count. The study lock opened the
+    URL with SQLAlchemy as given: a bare ``postgresql://`` (the documented form) got psycopg 3, not the installed
+    psycopg2 that resolve_storage picks (ModuleNotFoundError traceback)."""
+    import json
+
+    from cosearch.cli import main
+
+    scheme, rest = pg_url.split("://", 1)
+    assert scheme.startswith("postgresql")
+    driver = scheme[len("postgresql"):]  # "+psycopg2"
+    url = form.replace("+driver", driver) + "://" + rest
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE_SMALL)
+    name = _fresh_study_name(form.replace("+", "-"))
+    for workers, target in (("1", 12), ("2", 24)):
+        rc = main(["run", str(space), "--study", name, "--storage", url, "--sampler", "random", "--trials",
+                   str(target), "--batch-size", "4", "--workers", workers])
+        err = capsys.readouterr().err
+        assert rc == 0, err[-2000:]
+        _check_exact(optuna.load_study(study_name=name, storage=resolve_storage(pg_url)), target)
+    assert main(["best", "--study", name, "--storage", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["study"] == name

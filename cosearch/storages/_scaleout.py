@@ -40,7 +40,7 @@ from optuna.trial import TrialState
 
 from ..errors import CosearchError
 from ._owners import ABANDONED_ATTR, fail_stale_trials, failed_with_result
-from ._storage import storage_file, storage_kind  # noqa: F401  (storage_kind: re-exported)
+from ._storage import normalize_url, storage_file, storage_kind  # noqa: F401  (storage_kind: re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +116,8 @@ class _SqlLock:
         self.kind = storage_kind(url)
         self.name = name
         self.key = _key64(name)
-        # a dedicated connection, never one of the storage's pool
-        self._engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        # a dedicated connection, never one of the storage's pool; the driver resolve_storage picks
+        self._engine = sqlalchemy.create_engine(normalize_url(url), poolclass=sqlalchemy.pool.NullPool)
         self._conn: Any = None
 
     def _connection(self) -> Any:
