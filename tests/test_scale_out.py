@@ -352,11 +352,12 @@ def test_a_sampled_run_on_in_memory_sqlite_takes_no_shared_budget(capsys):
 
 
 
-@pytest.mark.parametrize("form", ["postgresql"])
+@pytest.mark.parametrize("form", ["postgresql", "postgres", "postgres+driver"])
 def test_runs_and_workers_on_each_postgresql_url_form(pg_url, tmp_path, capsys, form):
     """A plain run and ``--workers 2`` on ``FORM://USER@HOST/DB`` reach the exact count. The study lock opened the
     URL with SQLAlchemy as given: a bare ``postgresql://`` (the documented form) got psycopg 3, not the installed
-    psycopg2 that resolve_storage picks (ModuleNotFoundError traceback)."""
+    psycopg2 that resolve_storage picks (ModuleNotFoundError traceback). A Heroku-style ``postgres://`` (or
+    ``postgres+psycopg2://``) was refused as an unsupported scheme; every process now reads it as ``postgresql``."""
     import json
 
     from cosearch.cli import main

@@ -126,9 +126,51 @@ def test_database_urls_with_a_driver_are_recognised(tmp_path, value, kind, file)
     assert storage_file(value, tmp_path) == (None if file is None else tmp_path / file)
 
 
-@pytest.mark.parametrize("value", ["postgres://u@h/db", "mysqlx://u@h/db", "sqlitex:///x.db"])
+@pytest.mark.parametrize("value", ["postgresx://u@h/db", "postgre://u@h/db", "mysqlx://u@h/db", "sqlitex:///x.db"])
 def test_near_miss_database_schemes_are_refused(value):
     """A ``scheme://`` that only starts like a database kind is refused like any other unknown scheme."""
     for f in (check_storage, storage_file, storage_kind):
         with pytest.raises(ValueError, match=r"^--storage: unsupported scheme"):
             f(value)
+
+
+@pytest.mark.parametrize("value, want", [
+    ("postgres://u:pw@h/db", "postgresql://u:pw@h/db"),
+    ("postgres+psycopg2://u@h:5432/db", "postgresql+psycopg2://u@h:5432/db"),
+    (" postgres+psycopg://u@h/db?sslmode=require ", "postgresql+psycopg://u@h/db?sslmode=require")])
+def test_a_postgres_url_is_read_as_postgresql(value, want, caplog):
+    """Heroku-style ``postgres://`` (a dialect name SQLAlchemy refuses since 1.4) was refused as an unsupported scheme;
+    the one recogniser now reads it as ``postgresql://`` (keeping a ``+driver``), with a log line that shows no
+    password, once per value."""
+    import logging
+
+    from cosearch.storages import normalize_url
+    from cosearch.storages._storage import _TOLD
+
+    _TOLD.clear()
+    with caplog.at_level(logging.INFO, logger="cosearch.storages._storage"):
+        assert check_storage(value) == want
+        assert check_storage(value) == want
+        assert _storage_value(value) == want  # what `run --workers` hands its workers
+        assert storage_kind(value) == "postgresql"
+        assert storage_file(value) is None
+    said = [r.getMessage() for r in caplog.records if "read as" in r.getMessage()]
+    assert len(said) == 1 and want.strip().replace(":pw@", ":***@") in said[0] and "pw@" not in said[0], said
+    assert normalize_url(value.strip()) == normalize_url(want)  # the driver resolve_storage picks
+
+
+@pytest.mark.parametrize("value", ["postgres://bob:s3cret@127.0.0.1:1/db?connect_timeout=2",
+                                   "postgres+psycopg2://bob:s3cret@127.0.0.1:1/db?connect_timeout=2"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_takes_a_postgres_url(workdir, capsys, command, value):
+    """Every command with --storage goes on to open ``postgres://`` as ``postgresql://`` (nothing listens on port 1:
+    the one-line error is the connection's, naming the normalised URL, not 'unsupported scheme'); nothing created."""
+    argv = [a.format(space=str(workdir / "space.yaml")) for a in COMMANDS[command]] + ["--storage", value]
+    before = _tree(workdir)
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --storage: cannot open 'postgresql"), err
+    assert "unsupported scheme" not in err and "s3cret" not in err
+    assert _tree(workdir) == before

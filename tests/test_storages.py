@@ -203,13 +203,26 @@ def test_resolve_storage_forms(tmp_path):
     assert fail_stale_trials(study) == 0
 
 
-@pytest.mark.parametrize("url", ["redis://localhost:6379", "postgres://u@h/db", "file:///tmp/x.journal", "  "])
+@pytest.mark.parametrize("url", ["redis://localhost:6379", "postgresx://u@h/db", "ftp://x", "file:///tmp/x.journal",
+                                 "", "  "])
 def test_resolve_storage_bad_scheme(url, tmp_path):
     with pytest.raises(ValueError) as info:
         resolve_storage(url, workdir=tmp_path)
     msg = str(info.value)
     assert msg.startswith("--storage:") and "\n" not in msg
     assert "sqlite:///" in msg and "journal" in msg
+
+
+def test_resolve_storage_reads_postgres_as_postgresql(monkeypatch):
+    """``postgres://`` (refused as an unsupported scheme before) opens as ``postgresql://`` with the installed driver."""
+    import cosearch.storages._storage as st
+
+    opened = []
+    monkeypatch.setattr(st, "_rdb", lambda url, must_exist=False, base=None: opened.append(url) or "rdb")
+    assert resolve_storage("postgres://u:pw@h/db") == "rdb"
+    assert resolve_storage("postgres+psycopg2://u@h/db") == "rdb"
+    assert opened == [st.normalize_url("postgresql://u:pw@h/db"), "postgresql+psycopg2://u@h/db"]
+    assert opened[0].startswith("postgresql") and opened[0].endswith("://u:pw@h/db")
 
 
 def test_journal_lock_breaks_lock_left_by_dead_holder(tmp_path):

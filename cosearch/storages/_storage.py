@@ -5,8 +5,9 @@ guarded by a lock file (:class:`JournalLock`: optuna's ``JournalFileOpenLock`` p
 shorter retry delay, the holder's pid inside, and a dead holder's lock broken at once) so several
 processes can append concurrently; :class:`JournalBackend` drops a line cut by a crash before the
 next append and refuses a corrupt line. ``sqlite:``/``postgresql:``/``mysql:`` URLs give an
-``RDBStorage`` with heartbeats (``postgresql://`` gets the installed driver; messages never show
-a password; a fresh SQLite file's tables are created under a file lock).
+``RDBStorage`` with heartbeats (``postgresql://`` gets the installed driver; a Heroku-style
+``postgres://`` is read as ``postgresql://``; messages never show a password; a fresh SQLite
+file's tables are created under a file lock).
 
 A worker killed mid-trial leaves the trial RUNNING forever: journal storage has no heartbeat in
 optuna 5, and RDB heartbeats only cover ``study.optimize`` (ask/tell trials never get one). So
@@ -48,10 +49,13 @@ HEARTBEAT_INTERVAL = 60
 GRACE_PERIOD = 180
 
 #: A database ``--storage`` URL: ``sqlite:``, ``postgresql:`` or ``mysql:``, optionally with a SQLAlchemy driver
-#: (``postgresql+psycopg2:``); group 1 is its kind. The colon is required, so a journal file named
-#: ``mysql_runs.journal`` or ``postgresql-x.journal`` is a journal. Any other value without a ``scheme://`` is a
-#: journal file path. The one recogniser: every helper here goes through :func:`_rdb_kind`.
-_RDB_URL = re.compile(r"^(sqlite|postgresql|mysql)(\+\w+)?:")
+#: (``postgresql+psycopg2:``); group 1 is its kind. ``postgres:`` (Heroku-style; SQLAlchemy has refused that
+#: dialect name since 1.4) is the kind ``postgresql``: :func:`check_storage` rewrites it. The colon is required, so
+#: a journal file named ``mysql_runs.journal`` or ``postgresql-x.journal`` is a journal. Any other value without a
+#: ``scheme://`` is a journal file path. The one recogniser: every helper here goes through :func:`_rdb_kind`.
+_RDB_URL = re.compile(r"^(sqlite|postgresql|postgres|mysql)(\+\w+)?:")
+#: Scheme names read as another kind's (see :data:`_RDB_URL`).
+_ALIASES = {"postgres": "postgresql"}
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _ALLOWED = ("a journal file path (default ./cosearch_studies.journal), sqlite:///FILE.db, "
             "postgresql://USER@HOST/DB or mysql://USER@HOST/DB")
@@ -62,15 +66,17 @@ def check_storage(url: str | None) -> str | None:
     journal) stays None, anything else comes back stripped. An empty value, or a ``scheme://`` other
     than ``sqlite:``/``postgresql:``/``mysql:`` (each optionally ``+driver``), raises
     :class:`~cosearch.errors.CosearchError` naming ``--storage`` and the accepted forms (it would
-    otherwise be read as a journal path: ``ftp://x`` became the directory ``./ftp:/x``). No message
-    shows a password."""
+    otherwise be read as a journal path: ``ftp://x`` became the directory ``./ftp:/x``). A ``postgres:``
+    (or ``postgres+driver:``) URL comes back as ``postgresql:`` (``postgresql+driver:``), with a log line.
+    No message shows a password."""
     if url is None:
         return None
     if not isinstance(url, str) or not url.strip():
         raise CosearchError("--storage", f"empty value; use {_ALLOWED}")
     url = url.strip()
-    if _rdb_kind(url) is not None:
-        return url
+    m = _RDB_URL.match(url)
+    if m is not None:
+        return _canonical(url, m)
     m = _SCHEME.match(url)
     if m is not None:
         raise CosearchError("--storage", f"unsupported scheme {m.group(1)!r} in {mask_url(url)!r}; use {_ALLOWED}")
@@ -86,7 +92,23 @@ def storage_kind(url: str | None) -> str:
 def _rdb_kind(url: str) -> str | None:
     """'sqlite', 'postgresql' or 'mysql' for a database URL (:data:`_RDB_URL`), None for anything else."""
     m = _RDB_URL.match(url)
-    return None if m is None else m.group(1)
+    return None if m is None else _ALIASES.get(m.group(1), m.group(1))
+
+
+#: ``postgres:`` values already reported (each is checked several times per command: one log line).
+_TOLD: set[str] = set()
+
+
+def _canonical(url: str, m: re.Match[str]) -> str:
+    """``url`` (matched by :data:`_RDB_URL` as ``m``) with its kind spelled as SQLAlchemy knows it."""
+    kind = m.group(1)
+    if kind not in _ALIASES:
+        return url
+    new = _ALIASES[kind] + url[len(kind):]
+    if url not in _TOLD:
+        _TOLD.add(url)
+        logger.info("--storage: %s read as %s (SQLAlchemy has no %r dialect)", mask_url(url), mask_url(new), kind)
+    return new
 
 
 _PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)@")
@@ -110,14 +132,19 @@ def normalize_url(url: str) -> str:
     """The documented ``postgresql://`` (or ``postgres://``) URL with a driver that is installed.
 
     SQLAlchemy 2.1 maps a bare ``postgresql://`` to psycopg 3, while the ``[postgres]`` extra
-    installs psycopg2: pick ``postgresql+psycopg2://`` when only psycopg2 is importable.
+    installs psycopg2: pick ``postgresql+psycopg2://`` when only psycopg2 is importable. A
+    ``postgres`` kind is first spelled ``postgresql`` (:func:`check_storage`, the one recogniser).
     """
-    m = re.match(r"^(postgresql|postgres)://", url)
+    m = _RDB_URL.match(url)
     if m is None:
         return url
+    url = _canonical(url, m)
+    if not url.startswith("postgresql://"):
+        return url
+    rest = url[len("postgresql://"):]
     if _module_available("psycopg2") and not _module_available("psycopg"):
-        return "postgresql+psycopg2://" + url[m.end():]
-    return "postgresql://" + url[m.end():]
+        return "postgresql+psycopg2://" + rest
+    return "postgresql://" + rest
 
 
 def resolve_storage(url: str | None, *, workdir: Path | None = None, must_exist: bool = False) -> BaseStorage:
