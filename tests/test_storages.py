@@ -307,3 +307,22 @@ def test_study_lock_sits_on_the_storages_own_file(tmp_path):
     assert study_lock("j.journal", "s", workdir=tmp_path).path == tmp_path / "j.journal"
     with pytest.raises(CosearchError):
         study_lock("sqlite:///:memory:", "s")
+
+
+def test_jsonable_nulls_non_finite_values_and_never_alters_a_string():
+    """jsonable replaced the text "NaN" in the dumped JSON, so a user string "NaN" became "null" and "xNaNx"
+    "xnullx", while inf and -inf came back as floats JSON cannot hold. Now by value: every non-finite float is None."""
+    import json
+
+    import numpy as np
+
+    from cosearch.storages._writer import jsonable
+
+    strings = {"a": "NaN", "b": "xNaNx", "c": "Infinity", "d": "-Infinity", "e": ["NaN", ("xNaNx",)]}
+    assert jsonable(strings) == {**strings, "e": ["NaN", ["xNaNx"]]}
+    got = jsonable({"nan": float("nan"), "inf": float("inf"), "-inf": -float("inf"), "ok": 1.5,
+                    "np": [np.float64("inf"), np.float32("nan"), np.float32(2.0), np.int64(3), np.bool_(True)],
+                    "deep": {"x": (float("-inf"), "NaN")}})
+    assert got == {"nan": None, "inf": None, "-inf": None, "ok": 1.5, "np": [None, None, 2.0, 3, True],
+                   "deep": {"x": [None, "NaN"]}}
+    json.dumps(got, allow_nan=False)  # strict JSON

@@ -19,6 +19,7 @@ storage API one call at a time. The hand-written formats are guarded by :mod:`._
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import uuid
@@ -255,5 +256,19 @@ def record_from_trial(t: FrozenTrial) -> dict[str, float]:
 
 
 def jsonable(x: Any) -> Any:
-    """Round-trip through JSON (NaN/inf -> None) for attributes stored by value."""
-    return json.loads(json.dumps(x, default=lambda o: o.item() if hasattr(o, "item") else str(o)).replace("NaN", "null"))
+    """Round-trip through JSON for attributes stored by value: every non-finite float (NaN, inf and -inf, numpy's
+    included) becomes None (JSON null), by value, so no string is ever altered (a text "NaN" stays "NaN"); numpy
+    scalars become Python numbers, anything else JSON cannot hold its ``str``."""
+    return json.loads(json.dumps(_finite(x), default=lambda o: _finite(o.item() if hasattr(o, "item") else str(o)),
+                                 allow_nan=False))
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every non-finite float in it (in dict values, lists and tuples, as JSON walks them) None."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
