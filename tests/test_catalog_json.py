@@ -1,5 +1,7 @@
 """`cosearch catalog --gpu ID --json` carries what the text output shows: it printed ``[]`` for a catalog GPU no
-instance type rents (gb300, h800, ...), nothing of the GPU's datasheet numbers, efficiency or sources."""
+instance type rents (gb300, h800, ...), nothing of the GPU's datasheet numbers, efficiency or sources. Without
+``--gpu`` the JSON was the list of instance types, so it left out the GPUs nobody rents that the text's efficiency
+table lists; it is now one ``--gpu ID --json`` object per catalog GPU."""
 from __future__ import annotations
 
 import json
@@ -21,7 +23,7 @@ def _run(capsys, *args):
 def _instances_of(capsys, gpu):
     rc, out, err = _run(capsys, "catalog", "--json")
     assert rc == 0, err
-    return [r for r in json.loads(out) if r["gpu"] == gpu]
+    return [r for g in json.loads(out) for r in g["instances"] if r["gpu"] == gpu]
 
 
 @pytest.mark.parametrize("gpu", hardware.gpu_ids())
@@ -67,10 +69,29 @@ def test_gpu_and_provider_json_filters_the_instances_only(capsys):
     assert d["gpu"]["instance_types"] == len(d["instances"])
 
 
-def test_without_gpu_the_json_is_still_the_list_of_instance_types(capsys):
-    rc, out, _ = _run(capsys, "catalog", "--provider", "aws", "--json")
-    rows = json.loads(out)
-    assert rc == 0 and isinstance(rows, list) and rows and {r["provider"] for r in rows} == {"aws"}
+@pytest.mark.parametrize("provider", [None, "aws", "gcp"])
+def test_without_gpu_the_json_lists_every_gpu_as_gpu_json_prints_it(capsys, provider):
+    """Every catalog GPU, in the text efficiency table's order, each exactly what ``--gpu ID --json`` prints (with the
+    same --provider); together their instance lists are the instance types the text table shows, each once."""
+    from cosearch.cloud.catalog import load_catalog
+
+    extra = [] if provider is None else ["--provider", provider]
+    rc, out, err = _run(capsys, "catalog", *extra, "--json")
+    assert rc == 0 and err == ""
+    got = json.loads(out)  # strict JSON: no NaN
+    assert isinstance(got, list) and [g["gpu"]["id"] for g in got] == list(hardware.catalog())
+    for g in got:
+        assert set(g) == {"gpu", "instances"} and g["gpu"]["instance_types"] == len(g["instances"])
+        assert all(r["gpu"] == g["gpu"]["id"] for r in g["instances"])
+        rc, one, _ = _run(capsys, "catalog", "--gpu", g["gpu"]["id"], *extra, "--json")
+        assert rc == 0 and json.loads(one) == g
+    rows = [r for g in got for r in g["instances"]]
+    table = load_catalog().table(provider=provider)
+    assert sorted((r["provider"], r["instance"]) for r in rows) == sorted(zip(table["provider"], table["instance"]))
+    if provider is not None:
+        assert rows and {r["provider"] for r in rows} == {provider}
+    by_id = {g["gpu"]["id"]: g for g in got}
+    assert by_id["gb300"]["instances"] == [] and by_id["gb300"]["gpu"]["hbm_gib"] == 288  # nobody rents it: listed
 
 
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--provider", "aws", "--json"]])

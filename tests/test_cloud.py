@@ -84,7 +84,7 @@ def test_catalog_cli_lists_filters_and_writes_csv(tmp_path, capsys):
     rows = (tmp_path / "c.csv").read_text().splitlines()
     assert rows[0].startswith("provider,instance,gpu") and len(rows) >= 4
     rc, out, _ = _main(capsys, "catalog", "--provider", "gcp", "--json")
-    assert rc == 0 and {x["provider"] for x in json.loads(out)} == {"gcp"}
+    assert rc == 0 and {x["provider"] for g in json.loads(out) for x in g["instances"]} == {"gcp"}
 
 
 @pytest.mark.parametrize("args, field", [

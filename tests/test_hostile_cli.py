@@ -131,7 +131,7 @@ def test_catalog_override_of_the_right_shape_still_merges(tmp_path, capsys):
     cat.write_text("providers: {aws: {instances: {p5.48xlarge: {on_demand_usd_per_hour: 1.5}}}, new: {instances: null}}\n")
     rc, out, err = run_cli(capsys, "catalog", "--catalog", str(cat), "--provider", "aws", "--json")
     assert rc == 0, err
-    assert {r["instance"]: r["on_demand_usd_per_hour"] for r in json.loads(out)}["p5.48xlarge"] == 1.5
+    assert {r["instance"]: r["on_demand_usd_per_hour"] for g in json.loads(out) for r in g["instances"]}["p5.48xlarge"] == 1.5
 
 
 # --- 3. output paths that cannot be written -------------------------------------------------------

@@ -23,8 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--catalog", action="append", default=[], metavar="FILE",
                    help="extra catalog YAML overriding/extending the shipped one (repeatable; e.g. negotiated prices)")
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON (a list of instance types; with --gpu "
-                                                       "an object: the GPU's catalog entry and its instance types)")
+    p.add_argument("--json", action="store_true", help="print JSON: with --gpu an object, the GPU's catalog entry and "
+                                                       "its instance types; without, a list of such objects, one per "
+                                                       "catalog GPU (instances [] for a GPU nobody rents)")
     p.set_defaults(func=run)
 
 
@@ -147,10 +148,14 @@ def run(args: argparse.Namespace) -> int:
         write_output("--csv", args.csv, lambda p: df.to_csv(p, index=False))
     if args.json:
         rows = json.loads(df.to_json(orient="records")) if not df.empty else []
-        if args.gpu:  # the GPU's entry too: a GPU nobody rents printed [] and nothing about it
-            print(json.dumps({"gpu": _gpu_record(args.gpu, len(rows)), "instances": rows}, indent=2, allow_nan=False))
-        else:
-            print(json.dumps(rows, indent=2))
+        # every GPU the text's efficiency table lists, each as --gpu ID --json prints it (its entry too: a GPU
+        # nobody rents printed [] and nothing about it, and without --gpu was left out)
+        gpus = [args.gpu] if args.gpu else list(hardware.catalog())
+        records = []
+        for gid in gpus:
+            mine = [r for r in rows if r["gpu"] == gid]
+            records.append({"gpu": _gpu_record(gid, len(mine)), "instances": mine})
+        print(json.dumps(records[0] if args.gpu else records, indent=2, allow_nan=False))
         return 0
     out = console()
     if df.empty:  # a catalog GPU nobody rents (gb300, h800, mi300x): its entry still serves scenarios
