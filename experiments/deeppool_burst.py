@@ -64,11 +64,11 @@ def run_mode(gpus: int, net: float, plan: dict) -> dict:
     sc = {"model": MODEL, "training": {"global_batch": BATCH},
           "cluster": {"gpu": GPU, "gpus": gpus, "network_gbps": net}, "plan": plan}
     out = evaluate(scenario_columns(load_scenario(sc)))
-    get = lambda k, d=np.nan: float(out[k][0]) if k in out else d  # noqa: E731
+    get = lambda k, d=np.nan: float(out[k]) if k in out else d  # noqa: E731
     return {"step_time_s": get("step_time_s"), "tokens_per_s": get("tokens_per_s"),
             "total_tokens_per_s": get("total_tokens_per_s", get("tokens_per_s")),
             "background_tokens_per_s": get("background_tokens_per_s", 0.0), "idle_share": get("idle_share"),
-            "burst_min_dp": get("burst_min_dp", float(gpus)), "feasible": bool(out["feasible"][0])}
+            "burst_min_dp": get("burst_min_dp", float(gpus)), "feasible": bool(out["feasible"])}
 
 
 def main() -> None:

@@ -50,3 +50,17 @@ def test_bad_columns_are_one_line_errors(cols, change, field, word):
     with pytest.raises(CosearchError) as err:
         cosearch.evaluate(change(cols))
     assert err.value.field == field and word in str(err.value) and "\n" not in str(err.value)
+
+
+def test_output_shape_follows_numpy_broadcasting(cols):
+    """All-scalar columns give 0-d outputs (it was shape (1,): np.ascontiguousarray promotes 0-d), a length-n
+    column gives length-n outputs, and the 0-d values equal the scalar path's."""
+    one = cosearch.evaluate(cols)
+    assert {np.shape(v) for v in one.values()} == {()}
+    assert all(isinstance(v, np.ndarray) for v in one.values())
+    assert float(one["step_time_s"]) == evaluate_scalar(cols)["step_time_s"]
+    bad = cosearch.evaluate({**cols, "peak_tflops": 0.0})  # the unphysical-row flags keep the 0-d shape too
+    assert np.shape(bad["valid"]) == () and not bad["valid"] and not bad["feasible"]
+    two = cosearch.evaluate({**cols, "tp": np.array([cols["tp"], cols["tp"]])})
+    assert {np.shape(v) for v in two.values()} == {(2,)}
+    assert two["step_time_s"][1] == one["step_time_s"]

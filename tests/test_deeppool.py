@@ -98,15 +98,15 @@ def _cols(**plan):
 def test_multiplexed_throughput_from_the_plain_model():
     plain = evaluate(_cols())
     mux = evaluate(_cols(multiplex=True, background_tokens_per_gpu_s=1000.0, multiplex_interference=0.1))
-    gpus, step = 256.0, plain["step_time_s"][0]
-    idle = gpus * (step - plain["time_compute_s"][0] - plain["time_recompute_s"][0])
-    assert mux["step_time_s"][0] == step
-    assert mux["idle_gpu_s"][0] == pytest.approx(idle, rel=1e-12)
-    assert mux["background_tokens_per_s"][0] == pytest.approx(idle / step * 1000.0 * 0.9, rel=1e-12)
-    assert mux["total_tokens_per_s"][0] == pytest.approx(plain["tokens_per_s"][0] + idle / step * 900.0, rel=1e-12)
+    gpus, step = 256.0, plain["step_time_s"]
+    idle = gpus * (step - plain["time_compute_s"] - plain["time_recompute_s"])
+    assert mux["step_time_s"] == step
+    assert mux["idle_gpu_s"] == pytest.approx(idle, rel=1e-12)
+    assert mux["background_tokens_per_s"] == pytest.approx(idle / step * 1000.0 * 0.9, rel=1e-12)
+    assert mux["total_tokens_per_s"] == pytest.approx(plain["tokens_per_s"] + idle / step * 900.0, rel=1e-12)
     # no multiplexing: nothing runs in the idle time; features absent: no new columns at all
     off = evaluate(_cols(multiplex=False))
-    assert off["background_tokens_per_s"][0] == 0.0 and off["total_tokens_per_s"][0] == plain["tokens_per_s"][0]
+    assert off["background_tokens_per_s"] == 0.0 and off["total_tokens_per_s"] == plain["tokens_per_s"]
     assert "total_tokens_per_s" not in plain and "idle_gpu_s" not in plain
 
 
@@ -127,21 +127,21 @@ def test_burst_never_slower_than_the_best_uniform_width(model, batch, gpu, net, 
     uni = evaluate({**base, "dp": widths, "gpus": widths})
     ok = uni["valid"] & uni["fits"]
     best_uniform = uni["step_time_s"][ok].min()
-    assert out["step_time_s"][0] <= best_uniform * (1 + 1e-9)  # every uniform width is a candidate schedule
-    if out["valid"][0] and out["fits"][0]:  # the plan's own width (an invalid plan's step means nothing)
-        assert out["step_time_s"][0] <= out["uniform_step_time_s"][0] * (1 + 1e-9)
-    assert out["idle_gpu_s"][0] >= 0.0
+    assert out["step_time_s"] <= best_uniform * (1 + 1e-9)  # every uniform width is a candidate schedule
+    if out["valid"] and out["fits"]:  # the plan's own width (an invalid plan's step means nothing)
+        assert out["step_time_s"] <= out["uniform_step_time_s"] * (1 + 1e-9)
+    assert out["idle_gpu_s"] >= 0.0
     # the scalar path agrees with the vectorized one
     sc_out = evaluate_scalar(cols)
-    assert sc_out["step_time_s"] == pytest.approx(out["step_time_s"][0], rel=1e-12)
+    assert sc_out["step_time_s"] == pytest.approx(out["step_time_s"], rel=1e-12)
 
 
 def test_amplification_frees_gpus_for_the_background_job():
     fast = evaluate(_cols(burst=True, multiplex=True))
     lean = evaluate(_cols(burst=True, multiplex=True, burst_amplification=1.2))
-    assert lean["step_time_s"][0] >= fast["step_time_s"][0]
-    assert lean["burst_min_dp"][0] < 256 and lean["idle_gpu_s"][0] > fast["idle_gpu_s"][0]
-    assert lean["background_tokens_per_s"][0] > fast["background_tokens_per_s"][0]
+    assert lean["step_time_s"] >= fast["step_time_s"]
+    assert lean["burst_min_dp"] < 256 and lean["idle_gpu_s"] > fast["idle_gpu_s"]
+    assert lean["background_tokens_per_s"] > fast["background_tokens_per_s"]
 
 
 def test_estimate_reports_the_schedule():
@@ -201,7 +201,7 @@ def test_mixed_batch_equals_rows_one_by_one():
     for i, c in enumerate(cols):
         one = evaluate(c)
         for key in ("step_time_s", "memory_gib", "idle_gpu_s", "total_tokens_per_s", "burst_min_dp"):
-            assert batch[key][i] == pytest.approx(one[key][0], rel=1e-12), key
+            assert batch[key][i] == pytest.approx(one[key], rel=1e-12), key
 
 
 def test_explain_offers_burst_and_its_step_reestimates():

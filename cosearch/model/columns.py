@@ -163,7 +163,8 @@ def broadcast_columns(cols: Mapping[str, object], lean: bool = False) -> dict[st
         shapes = sorted({(k, np.shape(full[k])) for k in keys if np.ndim(full[k])}, key=lambda x: x[1])
         raise CosearchError("columns", "column shapes do not broadcast together: "
                             + ", ".join(f"{k} {s}" for k, s in shapes[:6])) from None
-    out = {k: np.ascontiguousarray(a) for k, a in zip(keys, arrays)}
+    # ascontiguousarray would turn a 0-d column into shape (1,): all-scalar input gives 0-d outputs, as numpy broadcasts
+    out = {k: np.ascontiguousarray(a) if a.ndim else np.array(a) for k, a in zip(keys, arrays)}
     return {k: out[k] if k in out else full[k] for k in full}
 
 

@@ -75,7 +75,7 @@ def evaluate(columns: Mapping[str, object], profile: Profile = DEFAULT_PROFILE) 
         split = moe.split_rows(c) if len(shape) == 1 else None
         if split is None and (len(shape) != 1 or shape[0] <= 2 * CHUNK_ROWS):
             out = _evaluate(c, profile)
-            out = {k: v if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
+            out = {k: np.asarray(v) if np.shape(v) == shape else np.array(np.broadcast_to(v, shape)) for k, v in out.items()}
         else:
             deeppool = _deeppool_present(c)  # decided once, so that every block has the same output columns
             # a split batch leaves the training outputs to contiguous slices of the merged step times (fewer scatters)
@@ -92,7 +92,7 @@ def _unphysical_invalid(c, out: dict) -> dict:
     range-checked Scenario and skips it."""
     ok = physical_mask(c) & np.isfinite(out["step_time_s"]) & (out["step_time_s"] > 0)
     if not np.all(ok):
-        if np.ndim(ok) == 0:  # one configuration (evaluate_scalar): plain bools
+        if not isinstance(out["valid"], np.ndarray):  # one configuration (evaluate_scalar): plain bools
             out["valid"] = out["feasible"] = False
         else:
             out["valid"], out["feasible"] = out["valid"] & ok, out["feasible"] & ok
