@@ -164,11 +164,12 @@ def best(study: optuna.Study, objective: str | None = None, max_cost_usd: float 
 def _best_record(study_name: str, trial: int | None, obj: str, limits: Mapping[str, float | None],
                  objectives: Sequence[str], scenario: Mapping[str, Any], metrics: Mapping[str, Any],
                  **extra: Any) -> dict[str, Any]:
-    """The answer of :func:`best`, stored or re-enumerated. Counts (``gpus``, ``dp``, ``plan.tp``, ... as for the
-    front table, :func:`_is_count`) holding whole numbers are ints, as the Pareto CSV writes them: metrics store
-    every value as a float, and ``best --json`` printed ``"gpus": 1024.0``. Copies: the trial's stored attributes
-    are left as they are."""
-    metrics = _ints_for_counts(metrics)
+    """The answer of :func:`best`, stored or re-enumerated. Counts (``gpus``, ``dp``, ``plan.tp``,
+    ``training.tokens``, ... as for the front table, :func:`_is_count`) holding whole numbers are ints, as the
+    Pareto CSV writes them, and yes/no metrics (``valid``, ``fits``, ``feasible``, ... :data:`_FLAGS`) are bools:
+    metrics store every value as a float, and ``best --json`` printed ``"gpus": 1024.0`` and ``"fits": 1.0``.
+    Copies: the trial's stored attributes are left as they are."""
+    metrics = _flags_as_bool(_ints_for_counts(metrics))
     return {"study": study_name, "trial": trial, "objective": obj, "direction": direction(obj),
             "value": metrics[obj],
             "limits": {k: (_whole_as_int(v) if _is_count(k.removeprefix("max_")) else v)
@@ -262,11 +263,17 @@ FRONT_COLUMNS = ("step_time_s", "mfu", "memory_gib", "gpus", "time_to_train_days
                  "step_time_low_s", "step_time_high_s", "time_to_train_low_days", "time_to_train_high_days")
 
 
-#: Front columns that count (GPUs, parallel degrees, batch sizes), by last dotted part: the metric ``gpus`` is stored
-#: as a float. GPU inventories (``cluster.inventory.<gpu>``, ``plan.gpus_by_type.<gpu>``) are counts too.
+#: Front columns that count (GPUs, parallel degrees, batch sizes, tokens, parameters), by last dotted part: the metric
+#: ``gpus`` is stored as a float, and a space's ``training.tokens: 3.0e11`` is a float too. GPU inventories
+#: (``cluster.inventory.<gpu>``, ``plan.gpus_by_type.<gpu>``) are counts too.
 _COUNTS = frozenset(("gpus", "tp", "pp", "dp", "cp", "ep", "etp", "microbatch", "interleave", "global_batch",
-                     "zero_group", "gpus_per_node", "nvlink_domain", "leaf_gpus", "num_microbatches"))
+                     "zero_group", "gpus_per_node", "nvlink_domain", "leaf_gpus", "num_microbatches", "tokens",
+                     "params", "active_params"))
 _COUNT_PREFIXES = ("cluster.inventory.", "plan.gpus_by_type.")
+#: Metrics that are yes/no (boolean columns of the model), stored as 1.0 / 0.0 like every metric.
+_FLAGS = frozenset(("valid", "fits", "feasible", "within_budget", "expansion_fits"))
+#: Largest whole number a float column is turned into int64 at (exact in a double, far inside int64).
+_EXACT_INT = 2 ** 53
 
 
 def _is_count(key: str) -> bool:
@@ -279,6 +286,12 @@ def _whole_as_int(v: Any) -> Any:
     if isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer():
         return int(v)
     return v
+
+
+def _flags_as_bool(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``metrics`` with its yes/no metrics (:data:`_FLAGS`) stored as 1.0 / 0.0 as True / False."""
+    return {k: (bool(v) if k in _FLAGS and isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+                and v in (0, 1) else v) for k, v in metrics.items()}
 
 
 def _ints_for_counts(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -299,7 +312,8 @@ def _counts_as_int(df: pd.DataFrame) -> pd.DataFrame:
     shows 64, not 64.0; a column with a missing value stays float."""
     for c in df.columns:
         v = df[c]
-        if _is_count(c) and v.dtype.kind == "f" and np.isfinite(v).all() and (v == v.round()).all():
+        if _is_count(c) and v.dtype.kind == "f" and np.isfinite(v).all() and (v == v.round()).all() \
+                and (v.abs() <= _EXACT_INT).all():
             df[c] = v.astype("int64")
     return df
 
