@@ -40,14 +40,29 @@ def test_bubble_closed_forms_by_hand():
     # ZB-V (p-1)(F+B-2W) = 0 ("zero bubble when T_F = T_B = T_W", sec. 6);
     # DualPipe (p/2-1)(F&B + B_full - 3W) = 1*((1+2) + 2 - 3) = 2 (DeepSeek-V3 Table 2, B_full = B + W).
     codes = np.array([sch.ONE_F_ONE_B, sch.ZB_H1, sch.ZB_V, sch.DUALPIPE])
-    got = sch.bubble_time_s(codes, 4.0, 1.0, 3.0, 1.0, 1.0)
+    got = sch.bubble_time_s(codes, 4.0, 1.0, 3.0, 1.0, 1.0, 64.0)
     assert got.tolist() == [9.0, 3.0, 0.0, 2.0]
     # interleaved, v = 2: (p-1)/v * slot = 3/2 * 3 = 4.5; NaN (no schedule) is the same 1F1B family
-    assert sch.bubble_time_s(np.array([sch.INTERLEAVED, np.nan]), 4.0, 2.0, 3.0, 1.0, 1.0).tolist() == [4.5, 4.5]
+    assert sch.bubble_time_s(np.array([sch.INTERLEAVED, np.nan]), 4.0, 2.0, 3.0, 1.0, 1.0, 64.0).tolist() == [4.5, 4.5]
     # unequal times, p = 8, F = 2, B = 3, W = 1.5 (slot 6.5): ZB-H1 7*(2+3-1.5) = 24.5;
     # ZB-V 7*(2+3-3) = 14; DualPipe 3*((2+4.5) + 4.5 - 4.5) = 3*6.5 = 19.5
-    got = sch.bubble_time_s(np.array([sch.ZB_H1, sch.ZB_V, sch.DUALPIPE]), 8.0, 1.0, 6.5, 2.0, 1.5)
+    got = sch.bubble_time_s(np.array([sch.ZB_H1, sch.ZB_V, sch.DUALPIPE]), 8.0, 1.0, 6.5, 2.0, 1.5, 64.0)
     assert got.tolist() == [24.5, 14.0, 19.5]
+
+
+def test_few_microbatches_fill_at_most_one_w_each():
+    # p = 2, F = B = W = 1, one micro-batch, ZB-H1 by hand: rank 0 F [0,1]; rank 1 F [1,2], B [2,3], W [3,4];
+    # rank 0 B [3,4], W [4,5]: the step is 2F + 2B + W = 5 = m*slot + bubble, so the bubble is 2 (one W filled).
+    # The closed form (p-1)(F+B-W) = 1 assumes two W's to fill; it made a longer W shorten the step.
+    assert sch.bubble_time_s(np.array([sch.ZB_H1]), 2.0, 1.0, 3.0, 1.0, 1.0, 1.0).tolist() == [2.0]
+    # two micro-batches: 3F + 3B + W = 7 = 2*3 + 1, the closed form again
+    assert sch.bubble_time_s(np.array([sch.ZB_H1]), 2.0, 1.0, 3.0, 1.0, 1.0, 2.0).tolist() == [1.0]
+    # at any m, m*slot + bubble never drops when W (inside the slot) grows
+    for code in (sch.ZB_H1, sch.ZB_V, sch.DUALPIPE):
+        for p, m in ((4.0, 1.0), (8.0, 3.0), (8.0, 5.0), (16.0, 12.0), (8.0, 64.0)):
+            steps = [m * (3.0 + w) + sch.bubble_time_s(np.array([code]), p, 1.0, 3.0 + w, 1.0, w, m)[0]
+                     for w in np.linspace(0.1, 4.0, 40)]
+            assert np.all(np.diff(steps) >= -1e-12), (code, p, m)
 
 
 def test_weight_gradient_pass_is_the_forward_gemms():

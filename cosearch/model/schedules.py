@@ -60,17 +60,23 @@ def weight_grad_time_s(layers, gemm_fwd_layer_s, logit_gemm_s):
     return layers * gemm_fwd_layer_s + logit_gemm_s
 
 
-def bubble_time_s(schedule, pp, interleave, slot_s, forward_s, wgrad_s):
+def bubble_time_s(schedule, pp, interleave, slot_s, forward_s, wgrad_s, microbatches):
     """Idle seconds per step on a pipeline rank for each schedule (closed forms in the module doc).
 
     ``slot_s`` = F + B + W of one micro-batch (with its exposed communication), ``forward_s`` = F,
-    ``wgrad_s`` = W. Codes: NaN/0/1 the 1F1B family, 2 ZB-H1, 3 ZB-V, 4 DualPipe.
+    ``wgrad_s`` = W (the part of it that leaves the slot when deferred). Codes: NaN/0/1 the 1F1B family, 2 ZB-H1,
+    3 ZB-V, 4 DualPipe. The closed forms fill k W's into each of the bubble's positions (k(p-1) in all); a rank
+    has one W per micro-batch, so at most ``microbatches`` fill it (the forms hold for m >= k(p-1)): with fewer, a
+    longer W shortened the step (at p=2, m=1 ZB-H1 runs 2F + 2B + W: one W filled, not two).
     """
     one_f_one_b = (pp - 1.0) / interleave * slot_s
-    zb_h1 = (pp - 1.0) * ops.maximum(slot_s - 2.0 * wgrad_s, 0.0)
-    zb_v = (pp - 1.0) * ops.maximum(slot_s - 3.0 * wgrad_s, 0.0)
-    # F&B + B_full - 3W with F&B = F + B_full = slot and B_full = slot - F
-    dualpipe = ops.maximum(pp / 2.0 - 1.0, 0.0) * ops.maximum(2.0 * slot_s - forward_s - 3.0 * wgrad_s, 0.0)
+    per_rank = microbatches / ops.maximum(pp - 1.0, 1.0)  # W's a rank has per bubble position
+    zb_h1 = (pp - 1.0) * ops.maximum(slot_s - ops.minimum(2.0, per_rank) * wgrad_s, 0.0)
+    zb_v = (pp - 1.0) * ops.maximum(slot_s - ops.minimum(3.0, per_rank) * wgrad_s, 0.0)
+    # F&B + B_full - 3W with F&B = F + B_full = slot and B_full = slot - F; p/2 - 1 positions (a multiple of 1/2)
+    half = ops.maximum(pp / 2.0 - 1.0, 0.0)
+    dualpipe = half * ops.maximum(2.0 * slot_s - forward_s
+                                  - ops.minimum(3.0, microbatches / ops.maximum(half, 0.5)) * wgrad_s, 0.0)
     return ops.select([schedule == ZB_H1, schedule == ZB_V, schedule == DUALPIPE], [zb_h1, zb_v, dualpipe],
                       one_f_one_b)
 
