@@ -99,7 +99,7 @@ def _refuses(text: str, field: str, *words: str, model: str = "llama3-8b") -> No
     ('[activation_checkpoint]\nmod = "full"\n', "activation_checkpoint.mod", "mode"),
     ('[model]\nconverter = ["float8"]\n', "model.converter", "converters"),
     ("[compile]\nenabled = true\n", "compile.enabled", "enable"),
-    ("[training]\ndtype = \"bfloat16\"\n", "training.dtype", "v0.1.0"),                    # a later tree's key
+    ("[training]\ndtyp = \"bfloat16\"\n", "training.dtyp", "did you mean dtype"),  # v0.2's dtype (read), misspelt
 ], ids=lambda x: x.split("\n")[0] if "\n" in x else x)
 def test_torchtitan_unknown_name_is_refused_with_the_closest_known(text, field, hint):
     """These read with the default (tp 1, eager, selective, bf16) before: the key or table was skipped."""

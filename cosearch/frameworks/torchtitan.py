@@ -16,11 +16,26 @@ LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel
 ``[model] converters = ["float8"]`` with ``[float8]`` for fp8. Later trees' ``[compile]`` table (``enable``,
 ``components`` "model"/"loss", ``backend`` inductor) is read in place of ``[training] compile``.
 
+The export writes v0.1.0's layout; the import also reads **torchtitan v0.2.0 to v0.2.2**, the last releases that take
+a job TOML (v0.3.0 configures jobs with Python config registries, ``--module``/``--config``). Their additions to the
+tables read: fp8 is ``converters = ["quantize.linear.float8"]`` (``[quantize.linear.float8]`` replaced ``[float8]``;
+``quantize.grouped_mm.float8`` the experts' grouped GEMMs); ``[training] dtype = "bfloat16"`` (weights, gradients
+and Adam's states in bf16, no fp32 master) is ``training.optimizer_states: bf16``; ``[activation_checkpoint]
+early_stop`` (v0.2 passes it to the checkpoint wrapper, default false, where v0.1.0 ran PyTorch's default, early
+stop) decides ``plan.recompute_early_stop`` for full recompute, unless torch.compile compiles the model (its
+partitioner recomputes only what the backward reads); absent, a TOML naming anything v0.1.0 lacks gets v0.2's
+default. Refused, as the model cannot express them: ``mode = "memory_budget"`` (the compiler's activation budget),
+under pipelining an explicit split (``module_fqns_per_model_part``, and v0.1.0's ``pipeline_parallel_split_points``)
+or a ``pipeline_parallel_first/last_stage_less_layers`` weight above 1 (more than one layer off an end stage), MX
+converters (``quantize.*.mx``) and, for a mixture of experts, fp8 on the dense layers or on the experts only. The
+other new keys leave the estimate as it is and are accepted (``_KEYS_LATER`` says why); the new tables
+``[quantize]`` and ``[debug]``, like ``[float8]``, are not read.
+
 Names are checked as torchtitan checks them (its config manager refuses a field its dataclasses lack): in the
-tables read (``_KEYS``: those above and the keys of them that leave the estimate as it is), an unknown key is a
-one-line error naming it and the closest known key; a table that is a near miss of a torchtitan one
-(``[paralelism]``) is refused too. Other tables (a ``custom_args_module``'s) are not read. Refused as well,
-where skipping them would misestimate: a pipelined ``pipeline_parallel_schedule`` other than the three mapped
+tables read (``_KEYS``: those above and the keys of them that leave the estimate as it is, of v0.1.0 and v0.2), an
+unknown key is a one-line error naming it and the closest known key; a table that is a near miss of a torchtitan one
+(``[paralelism]``, ``[quantise]``) is refused too. Other tables (a ``custom_args_module``'s) are not read. Refused as
+well, where skipping them would misestimate: a pipelined ``pipeline_parallel_schedule`` other than the three mapped
 ones (matched without case, as PyTorch does), converters other than float8 (mx), ``enable_cpu_offload = true``
 and, for a mixture-of-experts model, ``expert_parallel_degree`` > 1.
 
@@ -32,9 +47,18 @@ has every ``[parallelism]`` name above, ``fsdp_reshard_after_forward`` being
 (``"bfloat16"``/``"float32"``); ``ActivationCheckpoint.mode`` is ``Literal["selective", "full",
 "none"]`` with ``selective_ac_option`` (``'int'`` or ``'op'``); ``Model.converters`` is a list and
 ``JobConfig.float8`` a ``Float8`` section with ``enable_fsdp_float8_all_gather``. That version
-has no ``[quantize]`` section (fp8 is ``[float8]``, MX is ``[mx]``); later torchtitan trees move
-configuration into torchtitan/config/configs.py and config/transform/quantization.py, which this
-export does not follow.
+has no ``[quantize]`` section (fp8 is ``[float8]``, MX is ``[mx]``). The v0.2 names were checked against
+torchtitan/config/job_config.py of the torchtitan 0.2.2 wheel on PyPI (torchtitan-0.2.2-py3-none-any.whl, sha256
+c95ccaaa89238085ed7d3d4befb20a298cc3fcc666b9573a1f5ba92ec8c3ca60; the 0.2.0 and 0.2.1 wheels' tables read hold a
+subset of those keys, plus v0.1.0's ``seed``, ``deterministic`` and ``enable_compiled_autograd`` and 0.2.0's
+``debug_moe_force_load_balance``, which 0.2.1 moved to ``[debug]``), whose config manager (``_dict_to_dataclass``)
+refuses unknown fields, its converter registry (``quantize.linear.float8``, ``quantize.grouped_mm.float8``,
+``quantize.linear.mx``, ``quantize.grouped_mm.mx``), distributed/activation_checkpoint.py (``early_stop``) and
+distributed/pipeline_parallel.py (the stage weights), and against a real v0.2 TOML, pytorch/torchtitan
+torchtitan/models/llama3/train_configs/llama3_8b_varlen.toml @7201df9ff3611dd7238d06758b975f643f5ef305
+(tests/test_torchtitan_v02.py). torchtitan 0.3.0's torchtitan/config/manager.py takes ``--module``/``--config``
+only, so the trees after v0.2.2 (torchtitan/config/configs.py, config/transform/quantization.py) have no job TOML
+to read.
 
 Mapping of the data-parallel sharding: zero 0 -> DDP (replicate = dp); zero 2 -> FSDP2 with
 ``fsdp_reshard_after_forward = "never"`` (parameters stay gathered between forward and backward);
@@ -75,7 +99,9 @@ from ..model.schedules import schedule_name
 from ._common import fsdp_overlap, layout, refuse, shard_group, train_steps, zero3_overlap
 from .planin import cluster_gpus, whole
 
-VERSION = "torchtitan v0.1.0"
+VERSION = "torchtitan v0.1.0"  # the export's layout ([training] compile, [float8])
+#: The releases whose job TOML the import reads (v0.3.0 replaced the TOML with Python config registries).
+READS = "torchtitan v0.1.0 to v0.2.2"
 #: cosearch schedule -> torchtitan ``pipeline_parallel_schedule``
 _SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
 
@@ -186,10 +212,10 @@ def export(sc: Scenario) -> str:
 _RESHARD = ("default", "always", "never")
 #: pipeline_parallel_schedule (PyTorch's get_schedule_class ignores case) -> cosearch schedule
 _SCHEDULES_IN = {v.lower(): k for k, v in _SCHEDULES.items()}
-#: Every key of the tables read, as torchtitan v0.1.0's dataclasses name them: those read below, then those that
-#: leave the estimate as it is. Any other key there is refused (:func:`_check_names`): skipped, a misspelt key
-#: would be estimated at its default. ``[compile]`` and ``hf_assets_path`` are later trees' names.
-_KEYS = {
+#: Every key of the tables read, as torchtitan v0.1.0's dataclasses name them (git tree 000204a4): those read below,
+#: then those that leave the estimate as it is. Any other key there is refused (:func:`_check_names`): skipped, a
+#: misspelt key would be estimated at its default.
+_KEYS_V010 = {
     "parallelism": ("data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
                     "tensor_parallel_degree", "enable_async_tensor_parallel", "disable_loss_parallel",
                     "pipeline_parallel_degree", "pipeline_parallel_schedule", "pipeline_parallel_layers_per_stage",
@@ -200,12 +226,35 @@ _KEYS = {
                  "enable_cpu_offload", "dataset", "dataset_path", "max_norm", "mixed_precision_reduce", "gc_freq",
                  "gc_debug", "seed", "deterministic"),
     "activation_checkpoint": ("mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns"),
-    "model": ("converters", "name", "flavor", "tokenizer_path", "hf_assets_path", "print_after_conversion"),
+    "model": ("converters", "name", "flavor", "tokenizer_path", "print_after_conversion"),
+}
+#: The keys torchtitan v0.2.0 to v0.2.2 added to those tables (their torchtitan/config/job_config.py; the module
+#: docstring says which are read). Read first: ``module_fqns_per_model_part`` and the two
+#: ``*_stage_less_layers`` (the pipeline split), ``dtype`` (pure-bf16 training), ``early_stop``; the rest leave the
+#: estimate as it is: ``pipeline_parallel_expert_parallel_overlap`` (DualPipeV with ep > 1 only, both refused),
+#: ``context_parallel_load_balancer`` (both balancers balance the causal work), the expert keys and v0.2.0's
+#: ``debug_moe_force_load_balance`` (ep > 1 is refused; with one expert-parallel rank the routing's balance does not
+#: change the step), ``dataloader`` (host-side loading), the memory-budget keys (that mode is refused) and the
+#: checkpoint's RNG and debug switches.
+_KEYS_LATER = {
+    "parallelism": ("module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_expert_parallel_overlap",
+                    "context_parallel_load_balancer", "expert_tensor_parallel_degree", "expert_parallel_comm_backend"),
+    "training": ("dtype", "dataloader", "debug_moe_force_load_balance"),
+    "activation_checkpoint": ("early_stop", "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
+                              "determinism_check", "debug"),
+    "model": ("hf_assets_path",),
     "compile": ("enable", "components", "backend"),
 }
-#: torchtitan v0.1.0's other tables: not read, so their keys are not checked.
+_KEYS = {t: _KEYS_V010.get(t, ()) + _KEYS_LATER.get(t, ()) for t in (*_KEYS_V010, "compile")}
+#: torchtitan's other tables, v0.1.0's and v0.2's (``[quantize]`` replaced ``[float8]`` and ``[mx]``; the converters
+#: in ``[model]`` switch them on): not read, so their keys are not checked.
 _OTHER_TABLES = ("job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "float8", "mx", "comm",
-                 "memory_estimation", "fault_tolerance", "experimental", "validation")
+                 "memory_estimation", "fault_tolerance", "experimental", "validation", "quantize", "debug")
+#: ``[model] converters`` of fp8 GEMMs: v0.1.0's ``float8`` (nn.Linear), v0.2's ``quantize.linear.float8`` and
+#: ``quantize.grouped_mm.float8`` (a mixture of experts' grouped GEMMs). MX (MXFP8) converters are not modelled.
+_FP8_LINEAR = ("float8", "quantize.linear.float8")
+_FP8_GROUPED = "quantize.grouped_mm.float8"
 
 
 def _table(doc: dict[str, Any], key: str) -> dict[str, Any]:
@@ -238,10 +287,10 @@ def _check_names(doc: dict[str, Any]) -> None:
         if name in _KEYS:
             for key in _table(doc, name):
                 if key not in _KEYS[name]:
-                    raise CosearchError(f"{name}.{key}", f"not a key of {VERSION}'s [{name}]; "
+                    raise CosearchError(f"{name}.{key}", f"not a key of [{name}] in {READS}; "
                                         + _hint(key, _KEYS[name]))
         elif name not in _OTHER_TABLES and (close := get_close_matches(name, tables, n=1, cutoff=0.8)):
-            raise CosearchError(name, f"not a {VERSION} table; did you mean [{close[0]}]?")
+            raise CosearchError(name, f"not a table of {READS}; did you mean [{close[0]}]?")
 
 
 def _hint(key: str, known: tuple[str, ...]) -> str:
@@ -279,6 +328,60 @@ def _schedule(par: dict[str, Any]) -> str:
         raise CosearchError("parallelism.pipeline_parallel_schedule", f"expects {', '.join(_SCHEDULES.values())} "
                             f"(got {name!r}); PyTorch's other schedules are not modelled")
     return _SCHEDULES_IN[name.lower()]
+
+
+def _later(doc: dict[str, Any]) -> bool:
+    """Whether the TOML names anything torchtitan v0.1.0 lacks (a v0.2 table, key or converter): then v0.2's
+    defaults apply where the two differ (``early_stop``)."""
+    if any(t in doc for t in ("compile", "quantize", "debug")):
+        return True
+    if any(key not in keys for t, keys in _KEYS_V010.items() if isinstance(doc.get(t), dict) for key in doc[t]):
+        return True
+    converters = _table(doc, "model").get("converters", [])
+    return isinstance(converters, list) and any(isinstance(c, str) and c.startswith("quantize.") for c in converters)
+
+
+def _precision(doc: dict[str, Any], moe: bool) -> str:
+    """fp8 where the converters put the model's GEMMs in float8 (torchao), else bf16. A mixture of experts runs its
+    experts in grouped GEMMs, which ``float8`` / ``quantize.linear.float8`` leave in bf16 (and
+    ``quantize.grouped_mm.float8`` alone the rest; between v0.1.0 and v0.2 the ``float8`` converter took them with
+    ``[float8] moe_fqns_prototype``, torchtitan/config/job_config.py @6404b932421f5ce382e7dac5ad381b2c17b1373c):
+    cosearch runs every GEMM in one precision, so a split is refused, not estimated."""
+    converters = _table(doc, "model").get("converters", [])
+    known = (*_FP8_LINEAR, _FP8_GROUPED)
+    if not isinstance(converters, list) or not all(c in known for c in converters):
+        raise CosearchError("model.converters", f"expects a list of {', '.join(known)} (got {converters!r}); MX "
+                            "(MXFP8) converters are not modelled")
+    linear, grouped = any(c in _FP8_LINEAR for c in converters), _FP8_GROUPED in converters
+    float8 = _table(doc, "float8")
+    if "float8" in converters and (float8.get("moe_fqns_prototype") or float8.get("moe_fqns")):
+        grouped = True
+    if moe and linear != grouped:
+        raise CosearchError("model.converters", f"fp8 on the {'dense layers' if linear else 'experts'} only: cosearch "
+                            f"runs every GEMM in one precision; give both quantize.linear.float8 and {_FP8_GROUPED}, "
+                            "or neither")
+    return "fp8" if linear else "bf16"
+
+
+def _split(par: dict[str, Any], pp: int) -> None:
+    """Refuses, under pipelining, a stage split the model would not evaluate: explicit module lists (v0.1.0's
+    ``pipeline_parallel_split_points``, v0.2's ``module_fqns_per_model_part``; cosearch evaluates its own split,
+    :func:`cosearch.model.memory.stage_layers`) and v0.2's weights of the embedding / output stage above 1 (torchtitan
+    then moves more than one layer off an end stage; the model at most one). Without pipelining they do nothing."""
+    if pp == 1:
+        return
+    for key in ("pipeline_parallel_split_points", "module_fqns_per_model_part"):
+        if par.get(key):
+            raise CosearchError(f"parallelism.{key}", "an explicit stage split is not read (cosearch evaluates its own "
+                                "split of the layers over pp x interleave stages); remove it and give "
+                                "pipeline_parallel_layers_per_stage")
+    for key, end in (("pipeline_parallel_first_stage_less_layers", "first"),
+                     ("pipeline_parallel_last_stage_less_layers", "last")):
+        weight = whole(par.get(key, 1), f"parallelism.{key}", least=0, most=MAX_COUNT)
+        if weight > 1:
+            raise CosearchError(f"parallelism.{key}", f"{weight}: torchtitan would move {weight} layers' worth off the "
+                                f"{end} stage; cosearch's split keeps at most one layer off an end stage; use 0 or 1 "
+                                "(torchtitan's default)")
 
 
 def _model(model: Any) -> dict[str, Any]:
@@ -358,6 +461,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
     gb = _number(tr, "training", "global_batch_size", -1, also=(-1,))  # -1: local batch x dp
     gb = local * dp if gb == -1 else gb
     interleave, schedule = 1, None
+    _split(par, pp)
     if pp > 1:
         schedule = _schedule(par)
         micro = _number(par, "parallelism", "pipeline_parallel_microbatch_size", 1)
@@ -372,9 +476,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
             raise CosearchError("parallelism.pipeline_parallel_layers_per_stage", "required with an interleaved schedule")
     else:
         micro = local
-    converters = _table(doc, "model").get("converters", [])
-    if not isinstance(converters, list) or not all(c == "float8" for c in converters):  # mx (MXFP8): not modelled
-        raise CosearchError("model.converters", f"expects [] or [\"float8\"] (got {converters!r})")
+    precision = _precision(doc, bool(m.get("experts")))
     param = tr.get("mixed_precision_param", "bfloat16")
     if param != "bfloat16":
         raise CosearchError("training.mixed_precision_param", f"expects bfloat16 (got {param!r}): cosearch models "
@@ -384,10 +486,19 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
     if m.get("experts") and _number(par, "parallelism", "expert_parallel_degree", 1) > 1:
         raise CosearchError("parallelism.expert_parallel_degree", "torchtitan's expert parallelism (dp2ep) is not "
                             "mapped; use 1")
-    precision = "fp8" if converters else "bf16"
+    # v0.2's pure-bf16 training: weights, gradients and Adam's states in bf16, no fp32 master copy
+    dtype = tr.get("dtype", "float32")
+    if dtype not in ("float32", "bfloat16"):
+        raise CosearchError("training.dtype", f"expects float32 or bfloat16 (got {dtype!r})")
     mode = str(ac.get("mode", "selective"))
+    if mode == "memory_budget":
+        raise CosearchError("activation_checkpoint.mode", "memory_budget: the compiler's partitioner picks what to "
+                            "recompute within activation_memory_budget, which is not modelled; use none, selective "
+                            "(with selective_ac_option = \"op\") or full")
     if mode not in ("none", "selective", "full"):
         raise CosearchError("activation_checkpoint.mode", f"expects none, selective or full (got {mode!r})")
+    # v0.1.0 wraps with PyTorch's checkpoint default (early stop); v0.2 passes its early_stop, default false
+    early = hf.boolean(ac["early_stop"], "activation_checkpoint.early_stop") if "early_stop" in ac else not _later(doc)
     if mode == "selective":  # torchtitan's default option "2" checkpoints every second layer: not a modelled mode
         option = str(ac.get("selective_ac_option", "2"))
         if option != "op":
@@ -401,6 +512,8 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
     training: dict[str, Any] = {"global_batch": gb, "precision": precision, "attention": sdpa_attention(torch_version),
                                 "fusion": "fused" if model_compiled else "eager",
                                 "cross_entropy": "fused" if loss_compiled else "eager"}
+    if dtype == "bfloat16":
+        training["optimizer_states"] = "bf16"
     if "steps" in tr:
         training["tokens"] = float(_number(tr, "training", "steps", 1) * gb * m["seq_len"])
     # async TP is micro-pipelined by the compiler: without compile the flag has no effect
@@ -410,5 +523,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
             "sequence_parallel": tp > 1, "zero": zero, "zero_group": group,
             "tp_comm_overlap": overlap,
             "tp_overlap_passes": tp_overlap_passes("torchtitan") if overlap else "all",
-            "recompute_early_stop": mode == "full", "fsdp_overlap": fsdp_overlap("torchtitan") if zero == 3 else None}
+            # under torch.compile the partitioner recomputes only what the backward reads, early_stop or not
+            "recompute_early_stop": mode == "full" and (early or model_compiled),
+            "fsdp_overlap": fsdp_overlap("torchtitan") if zero == 3 else None}
     return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})
