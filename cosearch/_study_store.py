@@ -142,15 +142,46 @@ def _has_study(storage: BaseStorage, name: str) -> bool:
     return True
 
 
+#: Tries :func:`_open_study` makes while another process is creating the same study, and the pause (seconds) while
+#: that one has created it without describing it yet.
+OPEN_ATTEMPTS = 20
+OPEN_RETRY_PAUSE_S = 0.25
+
+
 def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str, kind: str,
                 profile: Profile = DEFAULT_PROFILE) -> tuple[optuna.Study, bool]:
     """Study ``name``, opened (checked against the space, kind and profile) or created; and whether this call
-    created it (a run that fails before storing a trial removes only a study it created)."""
+    created it (a run that fails before storing a trial removes only a study it created).
+
+    Several processes may open a new study at once (two runs, `run --workers`, workers started anywhere): the one
+    whose create loses the race opens the winner's study instead, and a study found without cosearch's description
+    is looked at again for a while (its creator may be between creating and describing it) before it is refused."""
     _quiet_optuna()
     if not isinstance(name, str) or not name.strip():
         raise CosearchError("--study", "give the study a name")
     if len(name) > MAX_STUDY_NAME:
         raise CosearchError("--study", f"a name of at most {MAX_STUDY_NAME} characters (got {len(name):,})")
+    for attempt in range(OPEN_ATTEMPTS):
+        last = attempt == OPEN_ATTEMPTS - 1
+        try:
+            return _open_or_create(space, name, storage, method, kind, profile)
+        except optuna.exceptions.DuplicatedStudyError:  # another process created it just now: open that one
+            if last:
+                raise
+        except _ForeignStudy:
+            if last:
+                raise
+            time.sleep(OPEN_RETRY_PAUSE_S)
+    raise AssertionError("unreachable")
+
+
+class _ForeignStudy(CosearchError):
+    """:func:`_open_or_create` found the study without cosearch's description (and not half-created)."""
+
+
+def _open_or_create(space: SearchSpace, name: str, storage: BaseStorage, method: str, kind: str,
+                    profile: Profile) -> tuple[optuna.Study, bool]:
+    """One try of :func:`_open_study`."""
     if _has_study(storage, name):
         study = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())
         info = study.user_attrs.get(ATTR)
@@ -161,7 +192,7 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
             logger.warning("study %r was left half-created by an interrupted run: completing it", name)
             return _describe_study(study, space, method, kind, profile), False
         if not isinstance(info, Mapping):
-            raise CosearchError("--study", f"study {name!r} exists but was not made by cosearch; use another name")
+            raise _ForeignStudy("--study", f"study {name!r} exists but was not made by cosearch; use another name")
         if _space_key(info.get("space", {})) != _space_key(space.to_dict()):
             raise CosearchError("--study", f"study {name!r} was made from a different space; use another --study name")
         if info.get("kind") != kind:

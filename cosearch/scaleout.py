@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .storages._scaleout import (  # noqa: F401 - re-exported
-    DONE_STATES, METRICS_ATTR, TARGET_ATTR, TrialBudget, get_target, set_target, storage_kind, study_lock,
+    DONE_STATES, METRICS_ATTR, TARGET_ATTR, SharedBudget, TrialBudget, get_target, set_target, storage_kind, study_lock,
 )
 
-__all__ = ["TARGET_ATTR", "TrialBudget", "get_target", "set_target", "study_lock", "storage_kind",
+__all__ = ["TARGET_ATTR", "SharedBudget", "TrialBudget", "get_target", "set_target", "study_lock", "storage_kind",
            "spawn_workers", "wait_workers", "worker_seed"]
 
 

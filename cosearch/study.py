@@ -89,7 +89,9 @@ def run_study(
     saves it and re-raises ``KeyboardInterrupt``. ``budget`` (optuna samplers only): an object
     with ``done()``, ``slots(k)`` (context manager yielding how many trials may be created now),
     ``track(ids)`` and ``wait()``, e.g. :class:`cosearch.scaleout.TrialBudget`, to share one
-    trial target between several worker processes. ``exhaustive``: a replacement for
+    trial target between several worker processes; or a callable that makes one from the study
+    once this call has opened it (:class:`cosearch.scaleout.SharedBudget`), so that the study is
+    opened and checked once. Closing the budget is the caller's. ``exhaustive``: a replacement for
     :func:`cosearch.samplers.run_exhaustive` with the same signature and result (e.g. the dask
     sweep of :mod:`cosearch.distributed`).
     """
@@ -107,6 +109,8 @@ def run_study(
     kind = "exhaustive" if method == "exhaustive" else "sampled"
     study, created = _open_study(space, study_name, st, method, kind, profile)
     try:
+        if method in OPTUNA_SAMPLERS and callable(budget):  # the budget of the study just opened
+            budget = budget(study)
         failed = fail_stale_trials(study)
         if failed:
             logger.warning("study %r: %d trial(s) left RUNNING by a dead worker marked FAIL", study_name, failed)

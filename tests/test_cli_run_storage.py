@@ -108,3 +108,125 @@ def test_run_with_workers_opens_the_storage_once(tmp_path, space, monkeypatch, c
     rc = main(["run", space, "--study", "s", "--sampler", sampler, "--trials", "40", "--workers", "2", "--storage", url])
     assert rc == 0, capsys.readouterr().err
     assert len(opens) == 1
+
+
+@pytest.fixture
+def opens(monkeypatch):
+    """Counts the opens (and checks) of a study: ``_open_study`` calls, wherever they come from."""
+    import cosearch.study
+
+    calls = []
+    real = cosearch.study._open_study
+
+    def counted(*a, **k):
+        calls.append(a[1])
+        return real(*a, **k)
+
+    monkeypatch.setattr(cosearch.study, "_open_study", counted)
+    return calls
+
+
+@pytest.mark.parametrize("url", ["{tmp}/s.journal", "sqlite:///{tmp}/s.db", "sqlite:///:memory:"])
+@pytest.mark.parametrize("sampler", ["tpe", "random", "exhaustive", "auto"])
+def test_a_run_opens_its_study_once(tmp_path, space, opens, capsys, url, sampler):
+    """A plain sampled run opened and checked its study twice: once for the shared trial budget (open_for_workers)
+    and again in run_study. run_study now makes the budget from the study it opened. Resuming opens once too, and the
+    budget still holds: the study stores --trials as its target, and the run reports only its own trials as new."""
+    from cosearch.scaleout import get_target
+    from cosearch.study import load_study
+
+    url = url.format(tmp=tmp_path)
+    first = "random" if sampler == "auto" else sampler  # auto resumes a study with its stored method
+    for method, trials in ((first, "20"), (sampler, "30")):
+        opens.clear()
+        rc = main(["run", space, "--study", "s", "--sampler", method, "--trials", trials, "--storage", url])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        assert opens == ["s"]
+        if sampler != "exhaustive" and url != "sqlite:///:memory:":  # (each run has its own in-memory database)
+            assert ": 20 trials (20 new," in out if trials == "20" else ": 30 trials (10 new," in out, out
+    if sampler != "exhaustive" and url != "sqlite:///:memory:":
+        assert get_target(load_study("s", url)) == 30
+
+
+@pytest.mark.parametrize("sampler", ["auto", "tpe"])
+def test_run_with_workers_opens_the_study_twice_in_the_parent(tmp_path, space, opens, monkeypatch, capsys, sampler):
+    """The parent of `run --workers 2` opened the study three times (for the workers, for the final run's budget,
+    in run_study); now twice: once to create and check it and store the target the workers read before they start,
+    once in the final run that prints the front. The workers are not started here; the final run does the trials."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert main(["run", space, "--study", "s", "--sampler", "tpe", "--trials", "20", "--storage", url]) == 0
+    monkeypatch.setattr(cosearch.scaleout, "spawn_workers", lambda argvs: [])
+    monkeypatch.setattr(cosearch.scaleout, "wait_workers", lambda procs, on_tick=None: [])
+    opens.clear()
+    rc = main(["run", space, "--study", "s", "--sampler", sampler, "--trials", "40", "--workers", "2", "--storage", url])
+    assert rc == 0, capsys.readouterr().err
+    assert opens == ["s", "s"]
+
+
+@pytest.mark.parametrize("url", ["{tmp}/s.journal", "sqlite:///{tmp}/s.db"])
+def test_a_run_whose_study_lock_fails_leaves_no_study(tmp_path, space, monkeypatch, capsys, url):
+    """The shared budget created the study before it took the study lock, outside the run's cleanup: a lock that
+    could not be had (a lost database server) left an empty study behind. run_study now makes the budget, inside
+    the cleanup of a study it created."""
+    from cosearch.errors import CosearchError
+
+    url = url.format(tmp=tmp_path)
+
+    def no_lock(*a, **k):
+        raise CosearchError("--storage", "cannot lock")
+
+    import cosearch.storages._scaleout
+
+    monkeypatch.setattr(cosearch.scaleout, "study_lock", no_lock)  # where the run took it before
+    monkeypatch.setattr(cosearch.storages._scaleout, "study_lock", no_lock)
+    rc = main(["run", space, "--study", "s", "--sampler", "tpe", "--trials", "20", "--storage", url])
+    assert rc == 2 and capsys.readouterr().err.strip() == "error: --storage: cannot lock"
+    assert storage_module.resolve_storage(url).get_all_studies() == []
+
+
+@pytest.mark.parametrize("sampler", ["exhaustive", "tpe"])
+def test_a_run_that_loses_the_race_to_create_its_study_opens_the_winners(tmp_path, space, monkeypatch, capsys, sampler):
+    """Two processes creating one study at once: the loser's create raises optuna's DuplicatedStudyError. The retry
+    was only on the shared budget's path (a sampled run; an exhaustive one printed the traceback); it is now in
+    _open_study, for every run."""
+    import optuna
+
+    import cosearch._study_store as store
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert main(["run", space, "--study", "s", "--sampler", sampler, "--trials", "20", "--storage", url]) == 0
+    capsys.readouterr()
+    looked = []
+    real = store._has_study
+
+    def stale(storage, name):  # the first look-up misses the study another process creates just then
+        looked.append(name)
+        return False if len(looked) == 1 else real(storage, name)
+
+    monkeypatch.setattr(store, "_has_study", stale)
+    rc = main(["run", space, "--study", "s", "--sampler", sampler, "--trials", "30", "--storage", url])
+    assert rc == 0, capsys.readouterr().err
+    assert len(looked) >= 2
+    assert [s.study_name for s in optuna.get_all_study_summaries(RDBStorage(url))] == ["s"]
+
+
+def test_a_study_not_made_by_cosearch_is_looked_at_again_then_refused(tmp_path, space, monkeypatch, capsys):
+    """_open_study waits a while for a study found without cosearch's description (its creator may not have
+    described it yet), for every run, then refuses it in one line."""
+    import optuna
+
+    import cosearch._study_store as store
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    optuna.create_study(study_name="s", storage=url, direction="maximize")
+    monkeypatch.setattr(store, "OPEN_RETRY_PAUSE_S", 0.0)
+    tries = []
+    real = store._open_or_create
+    monkeypatch.setattr(store, "_open_or_create", lambda *a, **k: tries.append(1) or real(*a, **k))
+    for sampler in ("exhaustive", "tpe"):
+        tries.clear()
+        rc = main(["run", space, "--study", "s", "--sampler", sampler, "--trials", "20", "--storage", url])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.strip() == "error: --study: study 's' exists but was not made by cosearch; use another name"
+        assert len(tries) == store.OPEN_ATTEMPTS

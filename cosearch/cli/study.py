@@ -156,19 +156,13 @@ def run_command(args: argparse.Namespace, storage: Any = None) -> int:
             task = progress.add_task("run", total=ev["total"], feas=feas)
         progress.update(task, completed=ev["done"], total=ev["total"], feas=feas)
 
-    budget, created = _shared_budget(args, space, storage, method, profile)
+    budget = _shared_budget(args, method)
     try:
         with progress:
             res = run_study(space, args.study, storage, sampler=method, n_trials=args.trials, seed=args.seed,
                             batch_size=args.batch_size, callback=callback, timeout=timeout, profile=profile,
                             budget=budget)
-    except BaseException as err:
-        if created:  # the shared budget created the study, so run_study found it existing and left it
-            from .._study_store import _drop_if_empty
-
-            _drop_if_empty(budget.study)  # as run_study does for a study it created
-        if not isinstance(err, KeyboardInterrupt):
-            raise
+    except KeyboardInterrupt:  # run_study removed the study if it created it and stored nothing
         print(f"interrupted: what was evaluated is saved in study {args.study!r}; run the same command to continue",
               file=sys.stderr)
         return 130
@@ -177,7 +171,7 @@ def run_command(args: argparse.Namespace, storage: Any = None) -> int:
             budget.close()
     if budget is not None:
         res.n_new = budget.granted  # this process's trials (run_study counts every writer's)
-    elif res.kind != "exhaustive":  # with a budget, open_for_workers stored the target already
+    elif res.kind != "exhaustive":  # with a budget, the budget stored the target already
         _store_target(res.study, args.trials)
     out = console()
     s = res.summary
@@ -207,24 +201,24 @@ def run_command(args: argparse.Namespace, storage: Any = None) -> int:
     return 0
 
 
-def _shared_budget(args: argparse.Namespace, space: Any, storage: Any, method: str, profile: Any) -> tuple[Any, bool]:
-    """For a sampled (optuna) run, the study's shared trial budget (:class:`cosearch.scaleout.TrialBudget`, as
+def _shared_budget(args: argparse.Namespace, method: str) -> Any:
+    """For a sampled (optuna) run, the study's shared trial budget (a :class:`cosearch.scaleout.TrialBudget`, as
     `cosearch worker` takes it): two runs on one study, or a worker joining a run, end with exactly --trials
-    evaluated trials instead of overshooting by a batch each; and whether this call created the study. (None, False)
-    for exhaustive and scipy methods (one process)."""
+    evaluated trials instead of overshooting by a batch each. A :class:`cosearch.scaleout.SharedBudget`: run_study
+    makes the budget (and stores --trials as the study's target) once it has opened the study, so the run opens and
+    checks it once. None for exhaustive and scipy methods (one process)."""
     from ..samplers import OPTUNA_SAMPLERS
 
     if method not in OPTUNA_SAMPLERS:
-        return None, False
-    from ..scaleout import TrialBudget, storage_kind, study_lock
+        return None
+    from ..scaleout import SharedBudget, storage_kind
     from ..storages import storage_file
-    from .worker import _storage_value, open_for_workers
+    from .worker import _storage_value
 
     url = _storage_value(args.storage)
     if storage_kind(url) == "sqlite" and storage_file(url) is None:
-        return None, False  # in-memory SQLite: no other process can reach the study
-    study, created = open_for_workers(space, args.study, url, method, args.trials, st=storage, profile=profile)
-    return TrialBudget(study, args.trials, study_lock(url, args.study)), created
+        return None  # in-memory SQLite: no other process can reach the study
+    return SharedBudget(url, args.trials)
 
 
 def _store_target(study: Any, n_trials: int) -> None:

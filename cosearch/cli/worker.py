@@ -89,11 +89,9 @@ def _profile(path: str | None) -> Any:
 
 
 def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: str, n_trials: int | None,
-                     st: Any = None, profile: Any = None) -> tuple[Any, bool]:
-    """Open (or create) a sampled study for several workers and store its trial target; and whether this call
-    created the study."""
-    import optuna
-
+                     st: Any = None, profile: Any = None) -> Any:
+    """Open (or create) a sampled study for several workers and store its trial target. (``_open_study`` copes
+    with workers creating it at once.)"""
     from ..samplers import OPTUNA_SAMPLERS, resolve_method
     from ..scaleout import get_target, set_target
     from ..study import _as_space, _open_study
@@ -104,17 +102,7 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
         raise CosearchError("--sampler", f"{method} runs in one process; several workers need an optuna sampler "
                             f"({', '.join(OPTUNA_SAMPLERS)}), or exhaustive with --dask")
     st = st if st is not None else open_storage(storage)
-    for attempt in range(20):
-        try:
-            study, created = _open_study(space, study_name, st, method, "sampled", profile or _profile(None))
-            break
-        except optuna.exceptions.DuplicatedStudyError:  # another worker created it just now
-            continue
-        except CosearchError as err:
-            # another worker created it and has not stored its description yet
-            if "not made by cosearch" not in str(err) or attempt == 19:
-                raise
-            time.sleep(0.25)
+    study, _ = _open_study(space, study_name, st, method, "sampled", profile or _profile(None))
     if n_trials is not None:
         if n_trials < 1:
             raise CosearchError("--trials", f"must be a positive integer (got {n_trials})")
@@ -122,7 +110,7 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
             set_target(study, n_trials)
     elif get_target(study) is None:
         raise CosearchError("--trials", f"study {study_name!r} has no trial target yet: pass --trials N")
-    return study, created
+    return study
 
 
 def work(space: Any, study_name: str, storage: str | None = None, sampler: str | None = None,
@@ -144,7 +132,7 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
                             f"`cosearch run SPACE --study {study_name} --trials N` or pass --trials N")
     method = sampler or stored_method(st, study_name) or "tpe"
     profile = profile or _profile(None)
-    study, _ = open_for_workers(space, study_name, storage, method, n_trials, st=st, profile=profile)
+    study = open_for_workers(space, study_name, storage, method, n_trials, st=st, profile=profile)
     target = get_target(study)
     budget = TrialBudget(study, target, study_lock(storage, study_name))
     try:
@@ -278,8 +266,8 @@ def _run_local_workers(args: argparse.Namespace, single: Callable[..., int], wor
     storage = _storage_value(getattr(args, "storage", None))
     st = st if st is not None else open_storage(storage)
     n_trials = int(getattr(args, "trials", None) or 1000)
-    study, _ = open_for_workers(args.space, args.study, storage, method, n_trials, st=st,
-                                profile=_profile(getattr(args, "profile", None)))
+    study = open_for_workers(args.space, args.study, storage, method, n_trials, st=st,
+                             profile=_profile(getattr(args, "profile", None)))
     seed = getattr(args, "seed", 0)
     argv_common = [str(Path(args.space).resolve()), "--study", args.study, "--sampler", method, "--quiet"]
     if storage is not None:

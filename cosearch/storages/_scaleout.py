@@ -44,8 +44,8 @@ from ._storage import normalize_url, storage_file, storage_kind  # noqa: F401  (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DONE_STATES", "METRICS_ATTR", "TARGET_ATTR", "TrialBudget", "get_target", "set_target", "storage_kind",
-           "study_lock"]
+__all__ = ["DONE_STATES", "METRICS_ATTR", "TARGET_ATTR", "SharedBudget", "TrialBudget", "get_target", "set_target",
+           "storage_kind", "study_lock"]
 
 #: Study user attribute holding the requested number of finished trials.
 TARGET_ATTR = "cosearch:n_trials"
@@ -286,6 +286,38 @@ class TrialBudget:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class SharedBudget:
+    """The :class:`TrialBudget` of a study not opened yet: pass it as ``run_study(budget=...)``, which calls it
+    with the study once it has opened (or created) it, so the study is opened and checked once.
+
+    Called, it stores ``target`` as the study's trial target (a `cosearch worker` that joins later stops there) and
+    returns the study's budget on the study lock of ``storage_url`` (:func:`study_lock`). The caller closes it
+    (:meth:`close`) and reads :attr:`granted`: the trials this process created."""
+
+    def __init__(self, storage_url: str | None, target: int) -> None:
+        if int(target) < 1:
+            raise CosearchError("--trials", f"must be a positive integer (got {target})")
+        self.storage_url = storage_url
+        self.target = int(target)
+        self.budget: TrialBudget | None = None
+
+    def __call__(self, study: optuna.Study) -> TrialBudget:
+        if self.budget is not None:
+            raise RuntimeError("SharedBudget: one study per instance")
+        if get_target(study) != self.target:
+            set_target(study, self.target)
+        self.budget = TrialBudget(study, self.target, study_lock(self.storage_url, study.study_name))
+        return self.budget
+
+    @property
+    def granted(self) -> int:
+        return 0 if self.budget is None else self.budget.granted
+
+    def close(self) -> None:
+        if self.budget is not None:
+            self.budget.close()
 
 
 def _rdb_counts(storage: RDBStorage, study_id: int) -> dict[str, int]:
