@@ -193,3 +193,29 @@ def test_cluster_file_without_yaml_suffix_is_read_as_a_file(tmp_path):
     args = argparse.Namespace(cluster=str(path), gpu=None, gpus=None)
     assert planin._cluster(args) == {"gpu": "h100-sxm", "gpus": 64}
     assert planin._cluster(argparse.Namespace(cluster="{gpu: h100-sxm, gpus: 8}", gpu=None, gpus=None))["gpus"] == 8
+
+
+def test_model_file_without_yaml_suffix_is_read_as_a_file(tmp_path, capsys, monkeypatch):
+    """--model told a file from a preset name by its suffix only: a suffixless model file (as --cluster already
+    read) was taken for a preset name and refused ("unknown preset"). An existing file is read whatever its name;
+    a directory is a one-line error naming --model; preset names and suffixed paths read as before."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.toml").write_text(NO_AC + "[training]\nlocal_batch_size = 1\nseq_len = 2048\n")
+    fields = {"layers": 2, "hidden": 1024, "heads": 8, "ffn_hidden": 4096, "vocab": 32000, "seq_len": 2048}
+    (tmp_path / "mymodel").write_text(json.dumps({"model": fields}))      # a whole scenario's model section
+    (tmp_path / "fields.cfg").write_text("layers: 2\nhidden: 1024\nheads: 8\nffn_hidden: 4096\nvocab: 32000\n")
+    base = ["estimate", "--torchtitan-toml", "job.toml", "--gpu", "h100-sxm", "--gpus", "64", "--json"]
+    for model in ("mymodel", str(tmp_path / "mymodel"), "fields.cfg"):
+        assert main(base + ["--model", model]) == 0, model
+        assert json.loads(capsys.readouterr().out)["scenario"]["model"]["layers"] == 2
+    assert main(base + ["--model", "llama3-8b"]) == 0                     # a preset name
+    assert json.loads(capsys.readouterr().out)["scenario"]["model"]["layers"] == 32
+    (tmp_path / "adir").mkdir()
+    for model, words in (("adir", ("--model", "'adir' is a directory", "preset name")),
+                         ("missing.yaml", ("missing.yaml",)),                # a YAML path that is not there
+                         ("mymodle", ("unknown preset 'mymodle'",))):       # neither a file nor a preset
+        assert main(base + ["--model", model]) == 2, model
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "Traceback" not in err and all(w in err for w in words), err

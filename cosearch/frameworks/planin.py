@@ -12,7 +12,8 @@ from ..errors import CosearchError
 #: Largest job TOML read (a torchtitan job config is a few KiB, as a scenario YAML).
 TOML_MAX_BYTES = YAML_MAX_BYTES
 #: Suffixes that make ``--cluster`` / ``--model`` a file to read rather than inline YAML or a preset name
-#: (JSON is YAML).
+#: (JSON is YAML), whether or not it exists (a missing one is an error naming it); an existing file is read whatever
+#: its name (:func:`_names_file`).
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -46,12 +47,23 @@ def _kind(text: str) -> str | None:
         return None
 
 
+def _names_file(text: str, flag: str, other: str) -> bool:
+    """Whether ``--cluster`` / ``--model`` names a file to read: an existing file (``cluster``, ``llama.cfg``) or a
+    path with a YAML/JSON suffix; else it is ``other`` (inline YAML, a preset name). A directory is a one-line
+    error naming ``flag``."""
+    kind = _kind(text)
+    if kind == "dir":
+        raise CosearchError(flag, f"{text!r} is a directory; give a YAML file or {other}")
+    return kind == "file" or Path(text).suffix in FILE_SUFFIXES
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("plan in from an existing launch (instead of SCENARIO)")
     g.add_argument("--megatron-args", metavar="ARGS", help="a Megatron-LM command line (quoted); needs --vocab-size "
                    "among the flags and the cluster from --gpu/--gpus, --cluster or a torchrun prefix")
     g.add_argument("--torchtitan-toml", metavar="FILE", help="a torchtitan job TOML; needs --model and the cluster")
-    g.add_argument("--model", help="with --torchtitan-toml: a model preset name or a YAML file of model fields")
+    g.add_argument("--model", help="with --torchtitan-toml: a model preset name or a YAML file of model fields (any "
+                   "existing file, whatever its suffix)")
     g.add_argument("--torch-version", metavar="X.Y", help="with --torchtitan-toml: the job's PyTorch (SDPA's attention "
                    "kernel: cuDNN from 2.11 on Hopper/Blackwell, FlashAttention-2 before); default: a current release")
     g.add_argument("--gpu", help="catalog GPU id of the cluster (see cosearch catalog)")
@@ -64,12 +76,8 @@ def _cluster(args: argparse.Namespace) -> dict[str, Any]:
     if args.cluster:
         from ..scenario import read_yaml
 
-        kind = _kind(args.cluster)
-        if kind == "dir":
-            raise CosearchError("--cluster", f"{args.cluster!r} is a directory; give a YAML file or inline YAML such as "
-                                "'{gpu: h100-sxm, gpus: 64}'")
-        inline = Path(args.cluster).suffix not in FILE_SUFFIXES and kind != "file"
-        data = parse_yaml(args.cluster, "--cluster") if inline else read_yaml(args.cluster)
+        is_file = _names_file(args.cluster, "--cluster", "inline YAML such as '{gpu: h100-sxm, gpus: 64}'")
+        data = read_yaml(args.cluster) if is_file else parse_yaml(args.cluster, "--cluster")
         if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
             data = data["cluster"]  # a whole scenario file: take its cluster
         if not isinstance(data, dict):
@@ -108,7 +116,7 @@ def scenario_from_args(args: argparse.Namespace) -> Any:
         if not args.model:
             raise CosearchError("--model", "required with --torchtitan-toml (torchtitan names its model by flavor)")
         model: Any = args.model
-        if Path(args.model).suffix in FILE_SUFFIXES:  # a file of model fields
+        if _names_file(args.model, "--model", "a preset name such as llama3-8b"):  # a file of model fields
             from ..scenario import read_yaml
 
             model = read_yaml(args.model)
