@@ -230,3 +230,35 @@ def test_a_study_not_made_by_cosearch_is_looked_at_again_then_refused(tmp_path, 
         err = capsys.readouterr().err
         assert rc == 2 and err.strip() == "error: --study: study 's' exists but was not made by cosearch; use another name"
         assert len(tries) == store.OPEN_ATTEMPTS
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--trials", "0", "error: --trials: must be a positive integer (got 0)"),
+    ("--batch-size", "0", "error: --batch-size: must be >= 1 (got 0)")])
+def test_a_worker_refuses_a_bad_count_before_it_creates_the_study(tmp_path, space, capsys, flag, value, message):
+    """`cosearch worker --trials 0` (or --batch-size 0) created the study, then refused the value: an empty study
+    was left behind. The values are checked first; nothing is created."""
+    journal = tmp_path / "w.journal"
+    argv = ["worker", space, "--study", "new", "--storage", str(journal), "--trials", "5", flag, value]
+    before = sorted(tmp_path.iterdir())
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert sorted(tmp_path.iterdir()) == before  # no journal, no study
+
+
+@pytest.mark.parametrize("flag, value", [("--trials", "0"), ("--batch-size", "0"), ("--rows", "0"),
+                                         ("--timeout", "-1")])
+def test_run_with_workers_refuses_a_bad_flag_before_a_worker_starts(tmp_path, space, monkeypatch, capsys, flag, value):
+    """`run --workers 2 --trials 0` ran 1000 trials in its workers (``trials or 1000``), then the final run refused
+    --trials 0; now `run`'s flags are checked before anything starts, as a one-process run checks them."""
+    def no_workers(argvs):
+        raise AssertionError("workers started")
+
+    monkeypatch.setattr(cosearch.scaleout, "spawn_workers", no_workers)
+    journal = tmp_path / "w.journal"
+    before = sorted(tmp_path.iterdir())
+    rc = main(["run", space, "--study", "s", "--sampler", "random", "--trials", "10", "--workers", "2",
+               "--storage", str(journal), flag, value])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith(f"error: {flag}: ") and "\n" not in err
+    assert sorted(tmp_path.iterdir()) == before

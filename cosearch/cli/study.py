@@ -108,23 +108,31 @@ def check_rows(rows: int) -> None:
         raise CosearchError("--rows", f"must be 1 or more (got {rows})")
 
 
+def check_run_args(args: argparse.Namespace) -> str:
+    """The flags of `run` that need no file or storage, checked (before the study is opened: its errors come after,
+    and `run --workers` checks them before a worker starts); returns the --sampler asked for."""
+    from ..samplers import check_method
+
+    check_rows(args.rows)
+    asked = check_method(args.sampler)
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise CosearchError("--timeout", f"must be a positive number of seconds (got {args.timeout})")
+    if asked != "exhaustive" and args.trials < 1:
+        raise CosearchError("--trials", f"must be a positive integer (got {args.trials})")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
+    return asked
+
+
 def run_command(args: argparse.Namespace, storage: Any = None) -> int:
     """`cosearch run` in this process; ``storage``: the opened ``--storage`` when the caller has it (`--workers`)."""
-    from ..samplers import check_method
     from ..search.space import load_space
     from ..model.profile import DEFAULT_PROFILE
     from ..study import _as_storage, pareto_front, resume_method, run_study, why_nothing
     from .estimate import profile_and_range
 
     t_start = time.monotonic()  # --timeout counts from here: reading the space is part of the run
-    check_rows(args.rows)
-    asked = check_method(args.sampler)
-    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise CosearchError("--timeout", f"must be a positive number of seconds (got {args.timeout})")
-    if asked != "exhaustive" and args.trials < 1:  # before the study is opened: its errors come after
-        raise CosearchError("--trials", f"must be a positive integer (got {args.trials})")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
+    asked = check_run_args(args)
     space = load_space(args.space)
     profile, calibrated = profile_and_range(args.profile)
     profile = profile or DEFAULT_PROFILE

@@ -124,6 +124,9 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
     from ..study import _as_space, check_seed, run_study
 
     check_seed(seed)
+    if n_trials is not None and n_trials < 1:  # before the study is created: it was left behind, empty
+        raise CosearchError("--trials", f"must be a positive integer (got {n_trials})")
+    batch_size = budget_batch(batch_size)
     space = _as_space(space)
     st = open_storage(storage)
     exists = _has_study(st, study_name)
@@ -137,7 +140,7 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
     budget = TrialBudget(study, target, study_lock(storage, study_name))
     try:
         res = run_study(space, study_name, st, sampler=method, n_trials=target,
-                        seed=worker_seed(seed, worker_index), batch_size=budget_batch(batch_size),
+                        seed=worker_seed(seed, worker_index), batch_size=batch_size,
                         callback=callback, budget=budget, profile=profile)
         res.n_new = budget.granted  # this worker's trials (run_study counts every worker's)
         return res
@@ -187,8 +190,10 @@ def _run_scaled(args: argparse.Namespace, single: Callable[..., int]) -> int:
     if not 1 <= workers <= most:
         raise CosearchError("--workers", f"must be 1 to {most} ({MAX_WORKERS_PER_CORE} per usable CPU core; got {workers})")
     from ..study import check_seed
+    from .study import check_run_args
 
     check_seed(getattr(args, "seed", None))  # before any worker starts
+    check_run_args(args)  # --trials 0 ran 1000 trials in the workers before `run` refused it
     method = check_method(getattr(args, "sampler", None) or "auto")
     st = None
     if method == "auto" and (address or workers > 1):  # one process: run_command resolves it the same way
