@@ -212,6 +212,11 @@ def test_model_file_without_yaml_suffix_is_read_as_a_file(tmp_path, capsys, monk
         assert json.loads(capsys.readouterr().out)["scenario"]["model"]["layers"] == 2
     assert main(base + ["--model", "llama3-8b"]) == 0                     # a preset name
     assert json.loads(capsys.readouterr().out)["scenario"]["model"]["layers"] == 32
+    (tmp_path / "llama3-8b").mkdir()    # a checkpoint folder named like the preset: the name stays the preset
+    (tmp_path / "gpt3-1.3b").write_text(json.dumps({"model": fields}))   # so does a file of a preset's name
+    for name, layers in (("llama3-8b", 32), ("gpt3-1.3b", 24)):
+        assert main(base + ["--model", name]) == 0, name
+        assert json.loads(capsys.readouterr().out)["scenario"]["model"]["layers"] == layers
     (tmp_path / "adir").mkdir()
     for model, words in (("adir", ("--model", "'adir' is a directory", "preset name")),
                          ("missing.yaml", ("missing.yaml",)),                # a YAML path that is not there

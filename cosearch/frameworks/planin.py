@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "among the flags and the cluster from --gpu/--gpus, --cluster or a torchrun prefix")
     g.add_argument("--torchtitan-toml", metavar="FILE", help="a torchtitan job TOML; needs --model and the cluster")
     g.add_argument("--model", help="with --torchtitan-toml: a model preset name or a YAML file of model fields (any "
-                   "existing file, whatever its suffix)")
+                   "existing file, whatever its suffix, unless its name is a preset's)")
     g.add_argument("--torch-version", metavar="X.Y", help="with --torchtitan-toml: the job's PyTorch (SDPA's attention "
                    "kernel: cuDNN from 2.11 on Hopper/Blackwell, FlashAttention-2 before); default: a current release")
     g.add_argument("--gpu", help="catalog GPU id of the cluster (see cosearch catalog)")
@@ -116,7 +116,10 @@ def scenario_from_args(args: argparse.Namespace) -> Any:
         if not args.model:
             raise CosearchError("--model", "required with --torchtitan-toml (torchtitan names its model by flavor)")
         model: Any = args.model
-        if _names_file(args.model, "--model", "a preset name such as llama3-8b"):  # a file of model fields
+        from ..presets import presets
+
+        # a preset's name stays the preset, whatever file or folder of that name the working directory holds
+        if args.model not in presets() and _names_file(args.model, "--model", "a preset name such as llama3-8b"):
             from ..scenario import read_yaml
 
             model = read_yaml(args.model)
