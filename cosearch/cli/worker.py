@@ -97,6 +97,7 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
     from ..study import _as_space, _open_study
 
     space = _as_space(space)
+    space.require_knobs("search")  # as run_study checks it, but before the study is created (it was left empty)
     method = resolve_method(sampler, space)
     if method not in OPTUNA_SAMPLERS:
         raise CosearchError("--sampler", f"{method} runs in one process; several workers need an optuna sampler "
@@ -150,7 +151,7 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
 
 def budget_batch(batch_size: int | None) -> int | None:
     if batch_size is not None and batch_size < 1:
-        raise CosearchError("--batch-size", f"must be >= 1 (got {batch_size})")
+        raise CosearchError("--batch-size", f"must be a positive integer (got {batch_size})")
     return batch_size
 
 
