@@ -143,9 +143,9 @@ def _has_study(storage: BaseStorage, name: str) -> bool:
 
 
 #: Tries :func:`_open_study` makes while another process is creating the same study, and the pause (seconds) while
-#: that one has created it without describing it yet.
+#: a study without trials is found without cosearch's description (1 s in all: a creator describes its study at once).
 OPEN_ATTEMPTS = 20
-OPEN_RETRY_PAUSE_S = 0.25
+OPEN_RETRY_PAUSE_S = 0.05
 
 
 def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str, kind: str,
@@ -168,15 +168,18 @@ def _open_study(space: SearchSpace, name: str, storage: BaseStorage, method: str
         except optuna.exceptions.DuplicatedStudyError:  # another process created it just now: open that one
             if last:
                 raise
-        except _ForeignStudy:
-            if last:
+        except _ForeignStudy as err:
+            if last or err.has_trials:  # cosearch describes a study before its first trial: that one is not ours
                 raise
             time.sleep(OPEN_RETRY_PAUSE_S)
     raise AssertionError("unreachable")
 
 
 class _ForeignStudy(CosearchError):
-    """:func:`_open_or_create` found the study without cosearch's description (and not half-created)."""
+    """:func:`_open_or_create` found the study without cosearch's description (and not half-created);
+    ``has_trials``: whether it holds trials."""
+
+    has_trials = False
 
 
 def _open_or_create(space: SearchSpace, name: str, storage: BaseStorage, method: str, kind: str,
@@ -192,7 +195,9 @@ def _open_or_create(space: SearchSpace, name: str, storage: BaseStorage, method:
             logger.warning("study %r was left half-created by an interrupted run: completing it", name)
             return _describe_study(study, space, method, kind, profile), False
         if not isinstance(info, Mapping):
-            raise _ForeignStudy("--study", f"study {name!r} exists but was not made by cosearch; use another name")
+            err = _ForeignStudy("--study", f"study {name!r} exists but was not made by cosearch; use another name")
+            err.has_trials = bool(study.get_trials(deepcopy=False))
+            raise err
         if _space_key(info.get("space", {})) != _space_key(space.to_dict()):
             raise CosearchError("--study", f"study {name!r} was made from a different space; use another --study name")
         if info.get("kind") != kind:

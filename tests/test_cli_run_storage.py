@@ -230,11 +230,16 @@ def test_a_study_not_made_by_cosearch_is_looked_at_again_then_refused(tmp_path, 
         err = capsys.readouterr().err
         assert rc == 2 and err.strip() == "error: --study: study 's' exists but was not made by cosearch; use another name"
         assert len(tries) == store.OPEN_ATTEMPTS
+    # one with trials is refused at once (cosearch describes a study before its first trial): it waited 5 s
+    optuna.load_study(study_name="s", storage=url).add_trial(optuna.trial.create_trial(value=1.0))
+    tries.clear()
+    assert main(["run", space, "--study", "s", "--sampler", "exhaustive", "--storage", url]) == 2
+    assert "not made by cosearch" in capsys.readouterr().err and len(tries) == 1
 
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--trials", "0", "error: --trials: must be a positive integer (got 0)"),
-    ("--batch-size", "0", "error: --batch-size: must be >= 1 (got 0)")])
+    ("--batch-size", "0", "error: --batch-size: must be a positive integer (got 0)")])
 def test_a_worker_refuses_a_bad_count_before_it_creates_the_study(tmp_path, space, capsys, flag, value, message):
     """`cosearch worker --trials 0` (or --batch-size 0) created the study, then refused the value: an empty study
     was left behind. The values are checked first; nothing is created."""
@@ -262,3 +267,25 @@ def test_run_with_workers_refuses_a_bad_flag_before_a_worker_starts(tmp_path, sp
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith(f"error: {flag}: ") and "\n" not in err
     assert sorted(tmp_path.iterdir()) == before
+
+
+def test_a_worker_refuses_a_space_of_one_configuration_before_it_creates_the_study(tmp_path, capsys, monkeypatch):
+    """`cosearch worker` (and `run --workers`) created the study, then run_study refused the space ("a single
+    configuration"): an empty study was left behind. The space is checked before the study is created."""
+    import optuna
+
+    def no_workers(argvs):
+        raise AssertionError("workers started")
+
+    monkeypatch.setattr(cosearch.scaleout, "spawn_workers", no_workers)
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump({"model": "llama3-8b", "training": {"global_batch": 512, "tokens": 1.0e11},
+                                   "cluster": {"gpu": "h100-sxm", "gpus": 64}, "plan": {"tp": 1, "microbatch": 1},
+                                   "objectives": ["time_to_train_days"]}))
+    url = f"sqlite:///{tmp_path}/w.db"
+    for argv in (["worker", str(one), "--study", "w", "--trials", "5", "--storage", url],
+                 ["run", str(one), "--study", "w", "--trials", "5", "--sampler", "tpe", "--workers", "2", "--storage", url]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "single configuration" in err and err.count("\n") == 0 and "Traceback" not in err
+        assert optuna.get_all_study_summaries(url) == []  # no study left behind
