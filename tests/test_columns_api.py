@@ -60,7 +60,8 @@ def test_output_shape_follows_numpy_broadcasting(cols):
     assert all(isinstance(v, np.ndarray) for v in one.values())
     assert float(one["step_time_s"]) == evaluate_scalar(cols)["step_time_s"]
     bad = cosearch.evaluate({**cols, "peak_tflops": 0.0})  # the unphysical-row flags keep the 0-d shape too
-    assert np.shape(bad["valid"]) == () and not bad["valid"] and not bad["feasible"]
+    assert all(isinstance(bad[k], np.ndarray) and bad[k].shape == () for k in ("valid", "feasible"))
+    assert not bad["valid"] and not bad["feasible"]
     two = cosearch.evaluate({**cols, "tp": np.array([cols["tp"], cols["tp"]])})
     assert {np.shape(v) for v in two.values()} == {(2,)}
     assert two["step_time_s"][1] == one["step_time_s"]

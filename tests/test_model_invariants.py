@@ -175,7 +175,7 @@ def _split_backward_plans(base, n, seed):
     return cols
 
 
-@pytest.mark.parametrize("knob", ["peak_tflops", "hbm_tbps", "nvlink_gbps", "expansion_gbps"])
+@pytest.mark.parametrize("knob", ["peak_tflops", "hbm_tbps", "nvlink_gbps", "network_gbps", "expansion_gbps"])
 def test_split_backward_schedules_are_never_slower_on_faster_hardware(gpt3_columns, knob):
     """Zero-bubble and DualPipe closed forms made a 2x faster GPU up to 56 % slower where tier transfers bound the
     slot (W filled bubbles it had not left, DualPipe's B_full grew as F shrank) and where m < k(p-1)."""

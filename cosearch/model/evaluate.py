@@ -95,7 +95,7 @@ def _unphysical_invalid(c, out: dict) -> dict:
         if not isinstance(out["valid"], np.ndarray):  # one configuration (evaluate_scalar): plain bools
             out["valid"] = out["feasible"] = False
         else:
-            out["valid"], out["feasible"] = out["valid"] & ok, out["feasible"] & ok
+            out["valid"], out["feasible"] = np.asarray(out["valid"] & ok), np.asarray(out["feasible"] & ok)
     return out
 
 
