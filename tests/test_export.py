@@ -227,32 +227,42 @@ def test_nemo_overrides():
         assert expected in text
 
 
-@pytest.mark.parametrize("plan", [
-    {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 1, "recompute": "op", "sequence_parallel": True},
+#: torchtitan counts the embedding and the output as a layer each: 78 layers are 80 effective, 4 a stage on pp 4 x
+#: interleave 5 (80 layers are 82: no pp x interleave above 2 divides them but 41 and 82).
+LLAMA_78 = dict(LLAMA_70B, layers=78)
+
+
+@pytest.mark.parametrize("model, plan", [
+    (LLAMA_78, {"tp": 8, "pp": 4, "interleave": 5, "microbatch": 1, "zero": 1, "recompute": "op",
+                "sequence_parallel": True}),
+    # torchtitan's default split (2 stages per rank, no layers_per_stage): 40 layers on each rank, as the model's
+    (LLAMA_70B, {"tp": 8, "pp": 2, "interleave": 2, "microbatch": 1, "zero": 1, "recompute": "op",
+                 "sequence_parallel": True}),
     # HSDP without cp: torchtitan's HSDP groups under cp hold context-parallel ranks (cp 2 here is refused)
-    {"tp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True,
-     "recompute_early_stop": True},
-    {"microbatch": 1, "zero": 0, "recompute": "none"},
+    (LLAMA_70B, {"tp": 2, "microbatch": 2, "zero": 2, "zero_group": 16, "recompute": "full", "sequence_parallel": True,
+                 "recompute_early_stop": True}),
+    (LLAMA_70B, {"microbatch": 1, "zero": 0, "recompute": "none"}),
 ])
-def test_torchtitan_toml_round_trip(plan):
+def test_torchtitan_toml_round_trip(model, plan):
     import tomllib
 
-    sc = scenario(**plan)
+    sc = scenario(model=dict(model), **plan)
     text = export(sc, "torchtitan")
     doc = tomllib.loads(text)
     par = doc["parallelism"]
     assert par["tensor_parallel_degree"] * par["pipeline_parallel_degree"] * par["context_parallel_degree"] * \
         par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == 256
-    back = torchtitan.parse_toml(text, dict(LLAMA_70B), sc.cluster.model_dump(exclude_none=True))
+    back = torchtitan.parse_toml(text, dict(model), sc.cluster.model_dump(exclude_none=True))
     _same(sc, back)
 
 
 def test_torchtitan_fsdp_under_pipelining_reads_and_writes_as_zero_1():
     import tomllib
 
-    # 256 GPUs, TP 8 x PP 4: 8 data-parallel ranks, all of them FSDP2 shards
-    par = tomllib.loads(export(scenario(tp=8, pp=4, microbatch=1, zero=1, recompute="op", sequence_parallel=True),
-                               "torchtitan"))["parallelism"]
+    # 256 GPUs, TP 8 x PP 4: 8 data-parallel ranks, all of them FSDP2 shards (78 layers: torchtitan's split of
+    # 80 layers on pp 4 puts 21 on rank 1, which the model evaluates at 20)
+    par = tomllib.loads(export(scenario(model=dict(LLAMA_78), tp=8, pp=4, microbatch=1, zero=1, recompute="op",
+                                        sequence_parallel=True), "torchtitan"))["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (8, 1)
     # whatever the reshard policy, PyTorch's pipelining keeps the stage whole until its last micro-batch
     cluster = {"gpu": "h100-sxm", "gpus": 256}
@@ -260,7 +270,7 @@ def test_torchtitan_fsdp_under_pipelining_reads_and_writes_as_zero_1():
         text = (f'[parallelism]\ntensor_parallel_degree = 8\npipeline_parallel_degree = 4\n'
                 f'pipeline_parallel_microbatch_size = 1\nfsdp_reshard_after_forward = "{policy}"\n'
                 f'[training]\nlocal_batch_size = 64\n[activation_checkpoint]\nmode = "full"\n')
-        assert torchtitan.parse_toml(text, dict(LLAMA_70B), cluster).plan.zero == 1
+        assert torchtitan.parse_toml(text, dict(LLAMA_78), cluster).plan.zero == 1
     flat = text.replace("pipeline_parallel_degree = 4", "pipeline_parallel_degree = 1")
     assert torchtitan.parse_toml(flat, dict(LLAMA_70B), cluster).plan.zero == 2   # "never" without pipelining
 

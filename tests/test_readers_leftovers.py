@@ -14,7 +14,9 @@ from cosearch.frameworks import planin, torchtitan
 
 H100_64 = {"gpu": "h100-sxm", "gpus": 64}
 NO_AC = '[activation_checkpoint]\nmode = "none"\n'  # torchtitan's default (every second layer) is not modelled
-PIPELINED = "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_layers_per_stage = 16\n"
+#: llama3-8b (32 layers) on pp 2 as torchtitan runs it: the embedding and the output count as a layer each, so
+#: layers_per_stage 17 makes (32 + 2) / 17 = 2 stages, 16 layers on each rank (16 made 3 stages, which it refuses).
+PIPELINED = "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_layers_per_stage = 17\n"
 
 #: torchtitan v0.1.0's torchtitan/models/llama3/train_configs/llama3_8b.toml as shipped (every table), with
 #: the plan cosearch models (per-op SAC).
@@ -160,7 +162,9 @@ def test_torchtitan_values_that_change_the_estimate_are_not_skipped(text, field,
 
 def test_torchtitan_schedule_names_ignore_case_as_pytorch():
     """PyTorch's get_schedule_class matches names without case: interleaved1f1b is Interleaved1F1B."""
-    text = NO_AC + PIPELINED.replace("= 16", "= 8") + 'pipeline_parallel_schedule = "interleaved1f1b"\n'
+    # without layers_per_stage torchtitan runs 2 stages per rank under a multi-stage schedule (8 made 5 stages)
+    text = NO_AC + PIPELINED.replace("pipeline_parallel_layers_per_stage = 17\n", "") + \
+        'pipeline_parallel_schedule = "interleaved1f1b"\n'
     sc = torchtitan.parse_toml(text, "llama3-8b", H100_64)
     assert (sc.plan.pp, sc.plan.interleave) == (2, 2)
 

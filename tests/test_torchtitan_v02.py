@@ -206,10 +206,18 @@ def test_pipeline_splits_the_model_does_not_evaluate_are_refused(text, field, wo
 
 
 def test_pipeline_split_keys_within_the_model_split_or_without_pipelining_read():
-    base = _read(NO_AC + PIPELINED)
-    for weights in ("first_stage_less_layers = 0", "first_stage_less_layers = 1\npipeline_parallel_last_stage_"
-                    "less_layers = 0"):
-        assert _read(NO_AC + PIPELINED + f"pipeline_parallel_{weights}\n").model_dump() == base.model_dump()
+    base = _read(NO_AC + PIPELINED)  # 16 layers on each rank
+    # the weights count in torchtitan's split (v0.2 pipeline_llm): both ends 0 make 32 effective layers, 16 a stage;
+    # the output 0 makes 33, ceil(33 / 17) = 2 stages of 17 and 16 effective, 16 transformer layers on each
+    for weights, lps in (("first_stage_less_layers = 0\npipeline_parallel_last_stage_less_layers = 0", 16),
+                         ("first_stage_less_layers = 1\npipeline_parallel_last_stage_less_layers = 0", 17)):
+        text = PIPELINED.replace("= 17", f"= {lps}") + f"pipeline_parallel_{weights}\n"
+        assert _read(NO_AC + text).model_dump() == base.model_dump()
+    # the embedding 0 with the output 1 (33 effective): 17 layers on rank 0 and 15 on rank 1, where the model
+    # evaluates 16 and 16 (this case read as the base before the weights counted)
+    _refuses(NO_AC + PIPELINED + "pipeline_parallel_first_stage_less_layers = 0\n",
+             "parallelism.pipeline_parallel_layers_per_stage", "17 layers on pipeline rank 0",
+             "cosearch evaluates at 16")
     flat = NO_AC + '[parallelism]\nmodule_fqns_per_model_part = [["layers.0"]]\npipeline_parallel_split_points = ' \
         '["layers.1"]\npipeline_parallel_first_stage_less_layers = 5\n'
     assert _read(flat).model_dump() == _read(NO_AC).model_dump()

@@ -32,9 +32,10 @@ KERNELS_RUN = {
                   "(FlashAttention-2, earlier PyTorch); no unfused or Triton attention setting is mapped",
     "DeepSpeed": "kernels are the model code's, not DeepSpeed config settings; this export maps the scenario defaults",
 }
-#: Frameworks whose export writes an uneven pipeline split (first and last stage set apart); the others need
-#: pp * interleave to divide model.layers.
-UNEVEN_PIPELINE = ("Megatron-LM",)
+#: Frameworks whose export writes an uneven pipeline split (first and last stage set apart) and checks it itself
+#: (megatron.uneven_stages; torchtitan counts the embedding and the output as a layer each,
+#: torchtitan._export_split); the others need pp * interleave to divide model.layers.
+UNEVEN_PIPELINE = ("Megatron-LM", "torchtitan")
 #: The ZeRO-3 implementation each export writes (others: none or DeepSpeed's own ZeRO-3).
 FSDP = {"Megatron-LM": "Megatron-FSDP", "torchtitan": "FSDP2"}
 
@@ -94,7 +95,7 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
                      f"{per_step}; {framework} needs a whole number of gradient-accumulation steps")
     if m.heads % pl.tp or m.kv_heads % pl.tp:
         raise refuse("plan.tp", f"tp = {pl.tp} must divide model.heads = {m.heads} and model.kv_heads = {m.kv_heads}")
-    uneven = framework in UNEVEN_PIPELINE  # its own split checks (megatron.stage_split)
+    uneven = framework in UNEVEN_PIPELINE  # its own split checks (megatron.stage_split, torchtitan._export_split)
     if m.layers % pl.pp and not uneven:
         raise refuse("plan.pp", f"pp = {pl.pp} does not divide model.layers = {m.layers}")
     if pl.interleave > 1:

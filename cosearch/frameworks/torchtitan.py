@@ -26,7 +26,8 @@ stop) decides ``plan.recompute_early_stop`` for full recompute, unless torch.com
 partitioner recomputes only what the backward reads); absent, a TOML naming anything v0.1.0 lacks gets v0.2's
 default. Refused, as the model cannot express them: ``mode = "memory_budget"`` (the compiler's activation budget),
 under pipelining an explicit split (``module_fqns_per_model_part``, and v0.1.0's ``pipeline_parallel_split_points``)
-or a ``pipeline_parallel_first/last_stage_less_layers`` weight above 1 (more than one layer off an end stage), MX
+or a ``pipeline_parallel_first/last_stage_less_layers`` weight above 1 (more than one layer off an end stage; 0 and 1
+count in the split, below), MX
 converters (``quantize.*.mx``) and, for a mixture of experts, fp8 on the dense layers or on the experts only. The
 other new keys leave the estimate as it is and are accepted (``_KEYS_LATER`` says why); the new tables
 ``[quantize]`` and ``[debug]``, like ``[float8]``, are not read.
@@ -59,6 +60,29 @@ torchtitan/models/llama3/train_configs/llama3_8b_varlen.toml @7201df9ff3611dd723
 (tests/test_torchtitan_v02.py). torchtitan 0.3.0's torchtitan/config/manager.py takes ``--module``/``--config``
 only, so the trees after v0.2.2 (torchtitan/config/configs.py, config/transform/quantization.py) have no job TOML
 to read.
+
+Pipeline split (both ways; :func:`split_layers`, :func:`_misfit`): torchtitan counts the embedding and the output
+as a layer each, so ``pipeline_parallel_layers_per_stage`` = n makes (layers + 2) / n stages, not layers / n.
+torchtitan 0.1.0 (wheel torchtitan-0.1.0-py3-none-any.whl, sha256
+570d7f28652c779a13e7e6e420fc284b73f03fd007cefdc7cce87045e1125ac7), torchtitan/distributed/pipeline.py
+``generate_split_points`` (called by torchtitan/models/llama3/infra/pipeline.py with input_weight = output_weight =
+1): with n it asserts (layers + 2) % pp == 0 and ((layers + 2) / pp) % n == 0, stages per rank = (layers + 2) /
+(pp x n), 1 for a single-stage schedule (1F1B), >= 2 for a multi-stage one; without n, 1 or 2 stages per rank and
+(layers + 2) // stages effective layers a stage, the remainder one each to the first stages; the first stage's
+transformer layers are its effective count less 1 (the embedding), the last's less 1 (the output);
+``stage_ids_this_rank`` puts stage s on rank s mod pp (looped), or under ZBVZeroBubble stages r and 2pp-1-r on rank
+r, asserting exactly 2 per rank. torchtitan 0.2.0 to 0.2.2 (the three wheels' split code is the same; 0.2.2 sha256
+below), torchtitan/distributed/pipeline_parallel.py ``pipeline_llm``: stages = ceil((layers + first + last) / n)
+(``first``/``last``: ``pipeline_parallel_first/last_stage_less_layers``, default 1), a ValueError unless a multiple
+of pp, and the same per-rank rules and default; ``generate_llm_fqn_per_model_part`` splits as v0.1.0 does,
+``pipeline_module_split`` places as ``stage_ids_this_rank``. v0.2's values are a superset of v0.1.0's (an exact
+fit gives the same stages and split), so the import takes v0.2's rule. The export writes n = (layers + 2) / (pp x
+interleave) where that is whole (both versions), leaves n out where torchtitan's default stages per rank are the
+plan's interleave, and refuses the rest (plan.interleave, or plan.pp with a value that exports); both directions
+refuse a split that puts more layers on a rank than the model evaluates there
+(:func:`cosearch.model.memory.stage_layers`) or none at its fullest count (Megatron's rule), with a one-line error
+naming the values that fit. 80 layers on pp 4 x interleave 5 are 82 effective, not a multiple of 20: refused
+(v0.1.0 asserts, v0.2 makes 21 stages for 4 ranks); 30 layers on pp 4 export n = 8 (7, 8, 8, 7 layers).
 
 Mapping of the data-parallel sharding: zero 0 -> DDP (replicate = dp); zero 2 -> FSDP2 with
 ``fsdp_reshard_after_forward = "never"`` (parameters stay gathered between forward and backward);
@@ -95,6 +119,7 @@ from .._cells import SDPA_CUDNN_FROM, pipelined_zero, sdpa_attention, tp_overlap
 from ..errors import CosearchError
 from ..presets import preset
 from ..scenario import MAX_COUNT, Scenario, parse_scenario
+from ..model.memory import stage_layers
 from ..model.schedules import schedule_name
 from ._common import fsdp_overlap, layout, refuse, shard_group, train_steps, zero3_overlap
 from .planin import cluster_gpus, whole
@@ -104,6 +129,205 @@ VERSION = "torchtitan v0.1.0"  # the export's layout ([training] compile, [float
 READS = "torchtitan v0.1.0 to v0.2.2"
 #: cosearch schedule -> torchtitan ``pipeline_parallel_schedule``
 _SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
+
+
+# ----------------------------------------------------------------------------------- the pipeline split
+#: Field of the stage split in the job TOML.
+_LPS = "parallelism.pipeline_parallel_layers_per_stage"
+#: Stages per rank searched for a split that fits (far beyond any interleave a plan runs).
+_MOST_PER_RANK = 128
+#: model.layers' bound (:class:`cosearch.scenario.ModelSpec`), checked before the split is worked out from it.
+_MAX_LAYERS = 100_000
+
+
+def _default_per_rank(schedule: str) -> int:
+    """torchtitan's stages per pipeline rank without ``pipeline_parallel_layers_per_stage``: 1 for a single-stage
+    schedule (1F1B), 2 for a multi-stage one (Interleaved1F1B, ZBVZeroBubble)."""
+    return 1 if schedule == "1f1b" else 2
+
+
+def split_layers(layers: int, stages: int, first: int = 1, last: int = 1) -> list[int]:
+    """Transformer layers on each of ``stages`` (>= 2, at most layers + first + last) pipeline stages as torchtitan
+    splits them: the embedding counts as ``first`` layers and the output as ``last`` (v0.1.0: 1 each; v0.2:
+    ``pipeline_parallel_first/last_stage_less_layers``, default 1); the layers + first + last effective layers are
+    shared evenly, the remainder one more each on the first stages (v0.1.0 ``generate_split_points``, v0.2
+    ``generate_llm_fqn_per_model_part``). 30 layers on 4 stages: 7, 8, 8, 7."""
+    per, extra = divmod(layers + first + last, stages)
+    counts = [per + (i < extra) for i in range(stages)]
+    counts[0] -= first
+    counts[-1] -= last
+    return counts
+
+
+def _rank_layers(counts: list[int], pp: int, zbv: bool) -> list[int]:
+    """Transformer layers per pipeline rank: a looped schedule puts stage s on rank s mod pp, ZBVZeroBubble's V
+    stages r and 2pp-1-r on rank r (v0.1.0 ``stage_ids_this_rank``, v0.2 ``pipeline_module_split``)."""
+    if zbv:
+        return [counts[r] + counts[-1 - r] for r in range(pp)]
+    return [sum(counts[r::pp]) for r in range(pp)]
+
+
+def _misfit(layers: int, pp: int, per_rank: int, zbv: bool, counts: list[int]) -> str | None:
+    """Why torchtitan's split ``counts`` is not the one cosearch evaluates, or None. The model evaluates the fullest
+    rank at ceil(layers / (pp x v)) x v layers and the first and the last a layer fewer where the split is uneven
+    (:func:`cosearch.model.memory.stage_layers`; under ZB-V rank 0 holds both ends,
+    :func:`cosearch.model.schedules.paced_stage_s`). Refused, as Megatron's split is (:func:`.megatron.stage_split`):
+    a rank holding more layers than the model evaluates there (its memory and time would be under-estimated), and
+    a split where no rank holds the fullest count (the model would pace the pipeline with a rank that does not
+    exist)."""
+    full, first, last = (int(n) for n in stage_layers(layers, pp, per_rank))
+    want = [first + last - full] + [full] * (pp - 1) if zbv else [first] + [full] * (pp - 2) + [last]
+    got = _rank_layers(counts, pp, zbv)
+    for rank, (n, most) in enumerate(zip(got, want)):
+        if n > most:
+            return f"puts {n} layers on pipeline rank {rank}, which cosearch evaluates at {most}"
+    if max(got) < full:
+        return f"puts at most {max(got)} layers on a pipeline rank, and cosearch paces the pipeline with {full}"
+    return None
+
+
+def _refusal(layers: int, pp: int, schedule: str, lps: int, first: int = 1, last: int = 1) -> str | None:
+    """Why torchtitan refuses ``pipeline_parallel_layers_per_stage = lps``, or None. v0.2 (``pipeline_llm``) makes
+    ceil((layers + first + last) / lps) stages, a multiple of pp, 1 per rank under a single-stage schedule (1F1B),
+    at least 2 under a multi-stage one, and ZBVZeroBubble's V exactly 2 (``pipeline_module_split``). v0.1.0
+    (``generate_split_points``) asserts the same with exact division, a subset of v0.2's values split the same way."""
+    eff = layers + first + last
+    stages = -(-eff // lps)
+    got = f"ceil(({layers} layers + {first + last}) / {lps}) = {stages} stages"
+    if stages % pp:
+        return f"torchtitan makes {got}, not a multiple of pipeline_parallel_degree {pp}"
+    per_rank = stages // pp
+    if schedule == "1f1b" and per_rank != 1:
+        return f"torchtitan makes {got}, {per_rank} per rank; 1F1B (a single-stage schedule) runs 1"
+    if schedule != "1f1b" and per_rank < 2:
+        return f"torchtitan makes {got}, 1 per rank; {_SCHEDULES[schedule]} (multi-stage) needs at least 2"
+    if schedule == "zb-v" and per_rank != 2:
+        return f"torchtitan makes {got}, {per_rank} per rank; ZBVZeroBubble's V places exactly 2"
+    return None
+
+
+def _fitting(layers: int, pp: int, schedule: str, first: int = 1, last: int = 1) -> list[tuple[int, int, int]]:
+    """(stages per rank, least, most layers_per_stage) of every split torchtitan derives at this pp and schedule
+    that the model evaluates (:func:`_misfit`): v0.2 splits the same for every layers_per_stage giving the same
+    stage count (:func:`split_layers` depends on the count only)."""
+    eff = layers + first + last
+    ranks = {"1f1b": (1,), "zb-v": (2,)}.get(schedule, range(2, min(eff // pp, _MOST_PER_RANK) + 1))
+    out = []
+    for k in ranks:
+        stages = pp * k
+        if stages > eff or _misfit(layers, pp, k, schedule == "zb-v", split_layers(layers, stages, first, last)):
+            continue
+        least, most = -(-eff // stages), (-(-eff // (stages - 1)) - 1)
+        if least <= most:
+            out.append((k, least, most))
+    return out
+
+
+def _split_to_write(layers: int, pp: int, v: int, schedule: str) -> tuple[int | None, str]:
+    """(``pipeline_parallel_layers_per_stage`` to write, 0 to leave it out: torchtitan's default split; None where
+    no split torchtitan derives is the model's, with the reason). The written value is (layers + 2) / (pp x v),
+    which v0.1.0 and v0.2 split alike (each stage that many effective layers: the first and the last a transformer
+    layer fewer)."""
+    zbv, eff, stages = schedule == "zb-v", layers + 2, pp * v
+    if eff % stages == 0:
+        why = _misfit(layers, pp, v, zbv, split_layers(layers, stages))
+        return (eff // stages, "") if why is None else (None, f"its split {why}")
+    if v == _default_per_rank(schedule) and stages <= eff:
+        why = _misfit(layers, pp, v, zbv, split_layers(layers, stages))
+        return (0, "") if why is None else (None, f"{stages} stages do not divide them (no whole "
+                                                  f"pipeline_parallel_layers_per_stage), and its default split {why}")
+    return None, f"{stages} stages do not divide them (no whole pipeline_parallel_layers_per_stage)"
+
+
+def _export_split(sc: Scenario) -> int | None:
+    """``pipeline_parallel_layers_per_stage`` of a pipelined plan (None: left out, torchtitan's default split is
+    the model's; :func:`_split_to_write`), else a one-line refusal naming plan.interleave (an interleave that
+    exports at this pp, under Interleaved1F1B) or plan.pp (a pp that tiles the cluster and the batch and exports,
+    with this interleave, else with another or with 1F1B)."""
+    m, pl = sc.model, sc.plan
+    schedule = schedule_name(pl.schedule, pl.interleave)
+    lps, why = _split_to_write(m.layers, pl.pp, pl.interleave, schedule)
+    if lps is not None:
+        return lps or None
+    head = (f"torchtitan counts the embedding and the output as a layer each, so {m.layers} layers are "
+            f"{m.layers + 2} on pp x interleave = {pl.pp} x {pl.interleave}: {why}")
+    interleaves = range(2, _MOST_PER_RANK + 1) if schedule == "interleaved" else ()
+    ws = [w for w in interleaves if _split_to_write(m.layers, pl.pp, w, schedule)[0] is not None]
+    if ws:
+        w = min(ws, key=lambda w: (abs(w - pl.interleave), w))
+        raise refuse("plan.interleave", f"interleave = {pl.interleave}: {head}; use interleave = {w}")
+    pps = _export_pps(sc, pl.interleave, schedule)
+    if pps:
+        use = f"use pp = {pps[0]}"
+    else:
+        other = next(((p, w) for w in interleaves for p in _export_pps(sc, w, schedule)[:1]), None)
+        one = _export_pps(sc, 1, "1f1b")
+        use = (f"use pp = {other[0]} with interleave = {other[1]}" if other else
+               f"no pp fits {_SCHEDULES[schedule]} on {sc.cluster.gpus} GPUs with this batch; "
+               + (f"1F1B (interleave 1) fits at pp = {one[0]}" if one else "use pp = 1"))
+    raise refuse("plan.pp", f"pp = {pl.pp}: {head}; {use}")
+
+
+def _export_pps(sc: Scenario, v: int, schedule: str) -> list[int]:
+    """The pp values (> 1, nearest the plan's first) that tile the cluster (tp x pp x cp divides the GPUs) and the
+    batch (micro-batch x dp divides it) and whose split with ``v`` stages per rank exports (:func:`_split_to_write`)."""
+    pl, gpus, width = sc.plan, sc.cluster.gpus, sc.plan.tp * sc.plan.cp
+    pps = [p for p in range(2, min(gpus // width, sc.model.layers + 2) + 1)
+           if gpus % (width * p) == 0 and sc.training.global_batch % (pl.microbatch * (gpus // (width * p))) == 0
+           and _split_to_write(sc.model.layers, p, v, schedule)[0] is not None]
+    return sorted(pps, key=lambda p: (abs(p - pl.pp), p))
+
+
+def _per_rank(par: dict[str, Any], layers: int, pp: int, schedule: str, first: int, last: int) -> int:
+    """Stages per pipeline rank (the plan's interleave) of a pipelined TOML, derived as torchtitan derives them:
+    from ``pipeline_parallel_layers_per_stage`` (:func:`_refusal`, refused where torchtitan refuses it), else
+    torchtitan's default (:func:`_default_per_rank`). Refused too where torchtitan's split (:func:`split_layers`)
+    is not the one the model evaluates (:func:`_misfit`); each error is one line naming the key and the values
+    that fit."""
+    eff = layers + first + last
+    if "pipeline_parallel_layers_per_stage" in par:
+        lps = _number(par, "parallelism", "pipeline_parallel_layers_per_stage", 1)
+        why = _refusal(layers, pp, schedule, lps, first, last)
+        per_rank = -(-eff // lps) // pp
+        given = f"{lps}"
+    else:
+        per_rank, why = _default_per_rank(schedule), None
+        if pp * per_rank > eff:
+            raise CosearchError("parallelism.pipeline_parallel_degree", f"{pp}: torchtitan's default {per_rank} "
+                                f"stage(s) per rank make {pp * per_rank} stages, more than the {eff} effective layers "
+                                f"({layers} + {first + last}); use at most {eff // per_rank}")
+        given = f"absent (torchtitan's default: {per_rank} stage{'s' if per_rank > 1 else ''} per rank)"
+    if why is None:
+        misfit = _misfit(layers, pp, per_rank, schedule == "zb-v", split_layers(layers, pp * per_rank, first, last))
+        if misfit is None:
+            return per_rank
+        why = f"torchtitan's split {misfit}"
+    raise CosearchError(_LPS, f"{given}: {why}; {_fits_text(layers, pp, schedule, first, last)}")
+
+
+def _fits_text(layers: int, pp: int, schedule: str, first: int, last: int) -> str:
+    """The ``pipeline_parallel_layers_per_stage`` values that fit at this pp and schedule, for a refusal: v0.2's
+    ranges, v0.1.0's exact values (v0.1.0 counts the embedding and the output as 1 each, no other weights), whether
+    leaving it out fits, and else the v0.2 weights of the ends that make one fit."""
+    eff, fits = layers + first + last, _fitting(layers, pp, schedule, first, last)
+    if fits:
+        text = "fits at this pp: " + ", ".join(f"{lo}" if lo == hi else f"{lo}..{hi}" for _, lo, hi in fits)
+        if (first, last) == (1, 1):
+            exact = [str(eff // (pp * k)) for k, _, _ in fits if eff % (pp * k) == 0]
+            text += (f" (v0.1.0 takes {', '.join(exact)})" if exact else
+                     " (torchtitan v0.2; v0.1.0 takes none of them: it needs (layers + 2) / layers_per_stage to be a "
+                     "multiple of pp)")
+        return text + (", or leave it out" if any(k == _default_per_rank(schedule) for k, _, _ in fits) else "")
+    text = (f"no layers_per_stage fits at pipeline_parallel_degree {pp} with {_SCHEDULES[schedule]}, nor does "
+            "leaving it out")
+    for f, l in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        other = _fitting(layers, pp, schedule, f, l) if (f, l) != (first, last) else None
+        if other:
+            k, lo, hi = other[0]
+            return (f"{text}; torchtitan v0.2 with pipeline_parallel_first_stage_less_layers = {f} and "
+                    f"pipeline_parallel_last_stage_less_layers = {l} fits (layers_per_stage "
+                    f"{lo if lo == hi else f'{lo}..{hi}'}{' or left out' if k == _default_per_rank(schedule) else ''})")
+    return f"{text}; change the degree"
 
 
 def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
@@ -164,7 +388,9 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
                                 "mixed_precision_param": "bfloat16", "compile": t.fusion == "fused"}
     if pl.pp > 1:
         par["pipeline_parallel_schedule"] = schedule
-        par["pipeline_parallel_layers_per_stage"] = m.layers // (pl.pp * pl.interleave)
+        lps = _export_split(sc)
+        if lps is not None:  # None: torchtitan's default split is the one the model evaluates
+            par["pipeline_parallel_layers_per_stage"] = lps
         par["pipeline_parallel_microbatch_size"] = pl.microbatch
         training["local_batch_size"] = t.global_batch // dp
     else:
@@ -363,18 +589,21 @@ def _precision(doc: dict[str, Any], moe: bool) -> str:
     return "fp8" if linear else "bf16"
 
 
-def _split(par: dict[str, Any], pp: int) -> None:
-    """Refuses, under pipelining, a stage split the model would not evaluate: explicit module lists (v0.1.0's
+def _split(par: dict[str, Any], pp: int) -> tuple[int, int]:
+    """The layers the embedding and the output count as in torchtitan's split (v0.2's
+    ``pipeline_parallel_first/last_stage_less_layers``, 0 or 1; 1 each in v0.1.0 and by default). Refuses, under
+    pipelining, a stage split the model would not evaluate: explicit module lists (v0.1.0's
     ``pipeline_parallel_split_points``, v0.2's ``module_fqns_per_model_part``; cosearch evaluates its own split,
-    :func:`cosearch.model.memory.stage_layers`) and v0.2's weights of the embedding / output stage above 1 (torchtitan
-    then moves more than one layer off an end stage; the model at most one). Without pipelining they do nothing."""
+    :func:`cosearch.model.memory.stage_layers`) and weights above 1 (torchtitan then moves more than one layer off an
+    end stage; the model at most one). Without pipelining they do nothing."""
     if pp == 1:
-        return
+        return 1, 1
     for key in ("pipeline_parallel_split_points", "module_fqns_per_model_part"):
         if par.get(key):
             raise CosearchError(f"parallelism.{key}", "an explicit stage split is not read (cosearch evaluates its own "
                                 "split of the layers over pp x interleave stages); remove it and give "
                                 "pipeline_parallel_layers_per_stage")
+    weights = []
     for key, end in (("pipeline_parallel_first_stage_less_layers", "first"),
                      ("pipeline_parallel_last_stage_less_layers", "last")):
         weight = whole(par.get(key, 1), f"parallelism.{key}", least=0, most=MAX_COUNT)
@@ -382,6 +611,8 @@ def _split(par: dict[str, Any], pp: int) -> None:
             raise CosearchError(f"parallelism.{key}", f"{weight}: torchtitan would move {weight} layers' worth off the "
                                 f"{end} stage; cosearch's split keeps at most one layer off an end stage; use 0 or 1 "
                                 "(torchtitan's default)")
+        weights.append(weight)
+    return weights[0], weights[1]
 
 
 def _model(model: Any) -> dict[str, Any]:
@@ -461,19 +692,12 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
     gb = _number(tr, "training", "global_batch_size", -1, also=(-1,))  # -1: local batch x dp
     gb = local * dp if gb == -1 else gb
     interleave, schedule = 1, None
-    _split(par, pp)
+    first, last = _split(par, pp)
     if pp > 1:
         schedule = _schedule(par)
         micro = _number(par, "parallelism", "pipeline_parallel_microbatch_size", 1)
-        if "pipeline_parallel_layers_per_stage" in par:
-            lps = _number(par, "parallelism", "pipeline_parallel_layers_per_stage", 1)
-            layers = whole(m.get("layers"), "model.layers")
-            if layers % (pp * lps):
-                raise CosearchError("parallelism.pipeline_parallel_layers_per_stage",
-                                    f"{lps} does not divide the layers per rank")
-            interleave = layers // (pp * lps)
-        elif schedule != "1f1b":
-            raise CosearchError("parallelism.pipeline_parallel_layers_per_stage", "required with an interleaved schedule")
+        layers = whole(m.get("layers"), "model.layers", most=_MAX_LAYERS)
+        interleave = _per_rank(par, layers, pp, schedule, first, last)
     else:
         micro = local
     precision = _precision(doc, bool(m.get("experts")))
