@@ -301,9 +301,17 @@ def test_export_maps_or_refuses_each_schedule():
         d["plan"].update(schedule=schedule, interleave=v)
         return load_scenario(d)
 
-    toml = torchtitan.export(sc("zb-v", 2))
+    # torchtitan counts the embedding and the output as a layer each: 98 on pp 16 x 2 stages is no whole
+    # layers_per_stage (the old export wrote 96 / 32 = 3, 33 stages for v0.2), and its default split puts 7 layers
+    # on rank 1 where the model evaluates 6; on pp 32 the default split fits the model's (1, then at most 4 a rank)
+    with pytest.raises(CosearchError) as err:
+        torchtitan.export(sc("zb-v", 2))
+    assert err.value.field == "plan.pp" and "use pp = 32" in err.value.message
+    pp32 = copy.deepcopy(base)
+    pp32["plan"].update(schedule="zb-v", interleave=2, pp=32)
+    toml = torchtitan.export(load_scenario(pp32))
     assert 'pipeline_parallel_schedule = "ZBVZeroBubble"' in toml
-    assert "pipeline_parallel_layers_per_stage = 3" in toml      # 96 layers / (16 ranks * 2 chunks)
+    assert "pipeline_parallel_layers_per_stage" not in toml      # torchtitan's default: 2 stages per rank
     back = torchtitan.parse_toml(toml, "gpt3-175b", {"gpu": "a100-80gb", "gpus": 1024})
     assert back.plan.schedule == "zb-v" and back.plan.interleave == 2
     for name in ("zb-h1", "dualpipe"):
