@@ -398,13 +398,14 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
                                 heads_f + heads_b)
         # W fills bubbles by leaving the steady-state slot: it gains what the slot loses without it, less than W
         # where FSDP traffic or tier transfers already bound the backward (else a slower GEMM shortened the step)
-        bound = z3 | (off > 0) if any_offload else z3
+        bound = (sched >= sch.ZB_H1) & (z3 | (off > 0) if any_offload else z3)
         if ops.any(bound):
-            def exposed_b(work):  # the backward's exposed FSDP traffic and tier transfers, given its work
-                hidden = ops.where(z3, ops.minimum(2.0 * gather, fsdp_ov * work), 0.0)
-                tier = xp.exposed_s(xp.transfer_s(io_b, exp_Bps), work - hidden) if any_offload else 0.0
-                return ops.where(z3, 2.0 * gather - hidden, 0.0) + tier
-            w_s = w_s - ops.where(bound, ops.clip(exposed_b(work_b - w_s) - exposed_b(work_b), 0.0, w_s), 0.0)
+            # the backward's exposed FSDP traffic and tier transfers without W, against those with it (the slot's)
+            rest = work_b - w_s
+            hidden = ops.where(z3, ops.minimum(2.0 * gather, fsdp_ov * rest), 0.0)
+            tier = xp.exposed_s(xp.transfer_s(io_b, exp_Bps), rest - hidden) if any_offload else 0.0
+            more = ops.where(z3, fsdp_hidden_b - hidden, 0.0) + tier - offload_b
+            w_s = w_s - ops.where(bound, ops.clip(more, 0.0, w_s), 0.0)
         # F as the slot holds it: DualPipe's B_full is the rest of the slot (the pipeline sends kept there)
         slot_f = work_f + ops.where(z3, first_layer + gather - fsdp_hidden_f, 0.0) + (offload_mb - offload_b)
         bubble = sch.bubble_time_s(sched, pp, v, slot, slot_f, w_s, m)
