@@ -10,10 +10,10 @@ import tomllib
 import pytest
 import yaml
 
-from cosearch import CosearchError
 from cosearch.frameworks import export, torchtitan
 from cosearch.frameworks.torchtitan import _per_rank, _refusal, _split_to_write, split_layers
 from cosearch.scenario import parse_scenario
+from test_hostile_importers import _refuses as _refused
 
 MODEL = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "gated_mlp": True,
          "vocab": 128256, "seq_len": 8192, "tied_embeddings": False}
@@ -35,13 +35,6 @@ def _pipeline(text):
     return tomllib.loads(text)["parallelism"]
 
 
-def _refused(call, field, *words):
-    with pytest.raises(CosearchError) as info:
-        call()
-    err = info.value
-    assert err.field == field and "\n" not in str(err), str(err)
-    assert all(w in str(err) for w in words), str(err)
-    return err
 
 
 def test_split_is_torchtitans():
