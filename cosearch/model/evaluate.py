@@ -364,8 +364,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     first_layer = gather / ops.maximum(n_stage, 1.0)              # nothing to hide the first gather
     fsdp_ov = ops.where(ops.isnan(c["fsdp_overlap"]), p.fsdp_overlap, c["fsdp_overlap"])  # the plan's, else the profile's
     fsdp_hidden_f = ops.where(z3, ops.minimum(gather, fsdp_ov * work_f), 0.0)
-    fsdp_hidden_b = ops.where(z3, ops.minimum(2.0 * gather, fsdp_ov * work_b), 0.0)
-    fsdp_mb = ops.where(z3, first_layer + gather - fsdp_hidden_f + 2.0 * gather - fsdp_hidden_b, 0.0)
+    fsdp_f = first_layer + gather - fsdp_hidden_f  # the forward's exposed FSDP traffic (ZeRO-3 rows)
+
+    def fsdp_hidden_in(work):  # the backward's gathers and reduce-scatters that ``work`` seconds of compute hide
+        return ops.where(z3, ops.minimum(2.0 * gather, fsdp_ov * work), 0.0)
+    fsdp_hidden_b = fsdp_hidden_in(work_b)
+    fsdp_mb = ops.where(z3, fsdp_f + 2.0 * gather - fsdp_hidden_b, 0.0)
     # tier transfers hide in the compute window FSDP traffic leaves (one window, not one each: a
     # faster compute or collective can never make the step slower)
     window_f, window_b = work_f - fsdp_hidden_f, work_b - fsdp_hidden_b
@@ -381,10 +385,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         io_f = ops.where(off_w, w_stage, 0.0) + ops.where(off_act, act_mb, 0.0)
         io_b = ops.where(off_w, w_stage + 2.0 * g_stage, 0.0) + ops.where(off_act, act_mb, 0.0)
         first_fetch = xp.transfer_s(ops.where(off_w, w_stage / ops.maximum(n_stage, 1.0), 0.0), exp_Bps)
-        offload_b = xp.exposed_s(xp.transfer_s(io_b, exp_Bps), window_b)
-        offload_mb = first_fetch + xp.exposed_s(xp.transfer_s(io_f, exp_Bps), window_f) + offload_b
+        tier_b = xp.transfer_s(io_b, exp_Bps)
+        offload_b = xp.exposed_s(tier_b, window_b)
+        offload_f = first_fetch + xp.exposed_s(xp.transfer_s(io_f, exp_Bps), window_f)
+        offload_mb = offload_f + offload_b
     else:
-        offload_mb = offload_b = 0.0
+        offload_mb = offload_f = offload_b = 0.0
     slot = work_f + work_b + pp_mb + fsdp_mb + offload_mb
     if split_bwd:
         if ext is not None and ops.all(ext.rows):  # W is the forward GEMMs' time (schedules.py)
@@ -402,12 +408,12 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         if ops.any(bound):
             # the backward's exposed FSDP traffic and tier transfers without W, against those with it (the slot's)
             rest = work_b - w_s
-            hidden = ops.where(z3, ops.minimum(2.0 * gather, fsdp_ov * rest), 0.0)
-            tier = xp.exposed_s(xp.transfer_s(io_b, exp_Bps), rest - hidden) if any_offload else 0.0
+            hidden = fsdp_hidden_in(rest)
+            tier = xp.exposed_s(tier_b, rest - hidden) if any_offload else 0.0
             more = ops.where(z3, fsdp_hidden_b - hidden, 0.0) + tier - offload_b
             w_s = w_s - ops.where(bound, ops.clip(more, 0.0, w_s), 0.0)
         # F as the slot holds it: DualPipe's B_full is the rest of the slot (the pipeline sends kept there)
-        slot_f = work_f + ops.where(z3, first_layer + gather - fsdp_hidden_f, 0.0) + (offload_mb - offload_b)
+        slot_f = work_f + ops.where(z3, fsdp_f, 0.0) + offload_f
         bubble = sch.bubble_time_s(sched, pp, v, slot, slot_f, w_s, m)
     else:
         bubble = bubble_slots(pp, v) * slot
