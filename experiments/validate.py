@@ -310,7 +310,7 @@ MOE_REASONS = {
 
 def dense_and_moe_candidates() -> Candidates:
     """The dense published runs (public + modern) and published_runs_moe.csv as one candidate table."""
-    return build_candidates(pd.concat([load_published_runs(), pd.read_csv(MOE_PATH)], ignore_index=True))
+    return build_candidates(pd.concat([load_published_runs(), load_published_runs(MOE_PATH)], ignore_index=True))
 
 
 def moe_held_out_log_errors(key: str, both: Candidates | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -332,7 +332,7 @@ def moe_held_out_log_errors(key: str, both: Candidates | None = None) -> tuple[n
 
 def moe_report(dense: "object", profile, out_dir: Path) -> dict:
     """The MoE section: in-sample and held-out errors per model, source and GPU, worst rows."""
-    moe = build_candidates(pd.read_csv(MOE_PATH))
+    moe = build_candidates(load_published_runs(MOE_PATH))
     df = validation_table(moe, profile)
     df["ep"] = [moe.scenarios[i]["plan"]["ep"] for i in _chosen(moe, profile)]
     both = dense_and_moe_candidates()  # built once for the two hold-out schemes
