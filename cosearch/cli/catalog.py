@@ -13,6 +13,7 @@ from ..cloud.catalog import load_catalog
 from .._files import write_output
 from ..errors import CosearchError
 from ..model.profile import DEFAULT_PROFILE
+from ..storages._writer import jsonable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -120,23 +121,12 @@ def _efficiency_table(gpu_ids: list[str], instances: dict[str, int]) -> Table:
     return g
 
 
-def _plain(x):
-    """``x`` with NaN/inf floats as None (JSON null), recursively."""
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def _gpu_record(gpu_id: str, n_instances: int) -> dict:
     """What ``--gpu ID`` prints as text, as data: the catalog entry (datasheet numbers, efficiency and their
     sources; a missing price is null), the fp8 eta the shipped profile uses (null without fp8) and the number of
     matching instance types."""
     e = hardware.gpu(gpu_id)
-    return _plain({"id": gpu_id, **e, "matmul_efficiency_fp8_used": _fp8_eta(e), "instance_types": n_instances})
+    return jsonable({"id": gpu_id, **e, "matmul_efficiency_fp8_used": _fp8_eta(e), "instance_types": n_instances})
 
 
 def run(args: argparse.Namespace) -> int:

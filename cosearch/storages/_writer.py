@@ -256,9 +256,9 @@ def record_from_trial(t: FrozenTrial) -> dict[str, float]:
 
 
 def jsonable(x: Any) -> Any:
-    """Round-trip through JSON for attributes stored by value: every non-finite float (NaN, inf and -inf, numpy's
-    included) becomes None (JSON null), by value, so no string is ever altered (a text "NaN" stays "NaN"); numpy
-    scalars become Python numbers, anything else JSON cannot hold its ``str``."""
+    """Round-trip through JSON for attributes stored by value and ``catalog --json``'s records: every non-finite
+    float (NaN, inf and -inf, numpy's included) becomes None (JSON null), by value, so no string is ever altered (a
+    text "NaN" stays "NaN"); numpy scalars become Python numbers, anything else JSON cannot hold its ``str``."""
     return json.loads(json.dumps(_finite(x), default=lambda o: _finite(o.item() if hasattr(o, "item") else str(o)),
                                  allow_nan=False))
 
