@@ -112,6 +112,7 @@ def check_run_args(args: argparse.Namespace) -> str:
     """The flags of `run` that need no file or storage, checked (before the study is opened: its errors come after,
     and `run --workers` checks them before a worker starts); returns the --sampler asked for."""
     from ..samplers import check_method
+    from .worker import budget_batch
 
     check_rows(args.rows)
     asked = check_method(args.sampler)
@@ -119,8 +120,7 @@ def check_run_args(args: argparse.Namespace) -> str:
         raise CosearchError("--timeout", f"must be a positive number of seconds (got {args.timeout})")
     if asked != "exhaustive" and args.trials < 1:
         raise CosearchError("--trials", f"must be a positive integer (got {args.trials})")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise CosearchError("--batch-size", f"must be a positive integer (got {args.batch_size})")
+    budget_batch(args.batch_size)
     return asked
 
 
@@ -180,7 +180,11 @@ def run_command(args: argparse.Namespace, storage: Any = None) -> int:
     if budget is not None:
         res.n_new = budget.granted  # this process's trials (run_study counts every writer's)
     elif res.kind != "exhaustive":  # with a budget, the budget stored the target already
-        _store_target(res.study, args.trials)
+        # --trials as the study's target, as `run --workers` stores it, so that a `cosearch worker` started later on
+        # this study knows where to stop (docs/scale-out.md); an exhaustive study has no trial count
+        from ..scaleout import set_target
+
+        set_target(res.study, args.trials)
     out = console()
     s = res.summary
     if res.kind == "exhaustive":
@@ -227,16 +231,6 @@ def _shared_budget(args: argparse.Namespace, method: str) -> Any:
     if storage_kind(url) == "sqlite" and storage_file(url) is None:
         return None  # in-memory SQLite: no other process can reach the study
     return SharedBudget(url, args.trials)
-
-
-def _store_target(study: Any, n_trials: int) -> None:
-    """Store ``--trials`` as the study's trial target, as ``run --workers`` does, so that a
-    ``cosearch worker`` started later on this study knows where to stop (docs/scale-out.md).
-    An exhaustive study has no trial count (and takes no workers)."""
-    from ..scaleout import get_target, set_target
-
-    if get_target(study) != n_trials:
-        set_target(study, n_trials)
 
 
 def _warn_outside_range(study: Any, front: Any, calibrated: Any) -> None:

@@ -88,10 +88,10 @@ def _profile(path: str | None) -> Any:
     return load_profile(path) or DEFAULT_PROFILE
 
 
-def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: str, n_trials: int | None,
-                     st: Any = None, profile: Any = None) -> Any:
-    """Open (or create) a sampled study for several workers and store its trial target. (``_open_study`` copes
-    with workers creating it at once.)"""
+def open_for_workers(space: Any, study_name: str, st: Any, sampler: str, n_trials: int | None, profile: Any) -> Any:
+    """Open (or create) a sampled study for several workers on the opened storage ``st`` and store its trial target
+    (``n_trials``, checked by the caller; None keeps the stored one). ``_open_study`` copes with workers creating it
+    at once."""
     from ..samplers import OPTUNA_SAMPLERS, resolve_method
     from ..scaleout import get_target, set_target
     from ..study import _as_space, _open_study
@@ -102,13 +102,9 @@ def open_for_workers(space: Any, study_name: str, storage: str | None, sampler: 
     if method not in OPTUNA_SAMPLERS:
         raise CosearchError("--sampler", f"{method} runs in one process; several workers need an optuna sampler "
                             f"({', '.join(OPTUNA_SAMPLERS)}), or exhaustive with --dask")
-    st = st if st is not None else open_storage(storage)
-    study, _ = _open_study(space, study_name, st, method, "sampled", profile or _profile(None))
+    study, _ = _open_study(space, study_name, st, method, "sampled", profile)
     if n_trials is not None:
-        if n_trials < 1:
-            raise CosearchError("--trials", f"must be a positive integer (got {n_trials})")
-        if get_target(study) != n_trials:
-            set_target(study, n_trials)
+        set_target(study, n_trials)
     elif get_target(study) is None:
         raise CosearchError("--trials", f"study {study_name!r} has no trial target yet: pass --trials N")
     return study
@@ -136,7 +132,7 @@ def work(space: Any, study_name: str, storage: str | None = None, sampler: str |
                             f"`cosearch run SPACE --study {study_name} --trials N` or pass --trials N")
     method = sampler or stored_method(st, study_name) or "tpe"
     profile = profile or _profile(None)
-    study = open_for_workers(space, study_name, storage, method, n_trials, st=st, profile=profile)
+    study = open_for_workers(space, study_name, st, method, n_trials, profile)
     target = get_target(study)
     budget = TrialBudget(study, target, study_lock(storage, study_name))
     try:
@@ -181,8 +177,6 @@ def _extend_run(run: argparse.ArgumentParser) -> None:
 
 def _run_scaled(args: argparse.Namespace, single: Callable[..., int]) -> int:
     """`run` with --workers or --dask; the storage is opened once (only when they are given) and passed on."""
-    from ..samplers import check_method
-
     workers = getattr(args, "workers", 1)
     workers = 1 if workers is None else int(workers)
     address = getattr(args, "dask", None)
@@ -194,8 +188,7 @@ def _run_scaled(args: argparse.Namespace, single: Callable[..., int]) -> int:
     from .study import check_run_args
 
     check_seed(getattr(args, "seed", None))  # before any worker starts
-    check_run_args(args)  # --trials 0 ran 1000 trials in the workers before `run` refused it
-    method = check_method(getattr(args, "sampler", None) or "auto")
+    method = check_run_args(args)  # --trials 0 ran 1000 trials in the workers before `run` refused it
     st = None
     if method == "auto" and (address or workers > 1):  # one process: run_command resolves it the same way
         from ..search.space import load_space
@@ -272,8 +265,7 @@ def _run_local_workers(args: argparse.Namespace, single: Callable[..., int], wor
     storage = _storage_value(getattr(args, "storage", None))
     st = st if st is not None else open_storage(storage)
     n_trials = int(getattr(args, "trials", None) or 1000)
-    study = open_for_workers(args.space, args.study, storage, method, n_trials, st=st,
-                             profile=_profile(getattr(args, "profile", None)))
+    study = open_for_workers(args.space, args.study, st, method, n_trials, _profile(getattr(args, "profile", None)))
     seed = getattr(args, "seed", 0)
     argv_common = [str(Path(args.space).resolve()), "--study", args.study, "--sampler", method, "--quiet"]
     if storage is not None:

@@ -57,10 +57,12 @@ METRICS_ATTR = "metrics"
 
 # ------------------------------------------------------------------------------------ target
 def set_target(study: optuna.Study, n_trials: int) -> None:
-    """Store the requested number of finished trials (workers stop there)."""
+    """Store the requested number of finished trials (workers stop there); a target already stored is not
+    written again."""
     if int(n_trials) < 0:
         raise CosearchError("--trials", f"must be >= 0 (got {n_trials})")
-    study.set_user_attr(TARGET_ATTR, int(n_trials))
+    if get_target(study) != int(n_trials):
+        study.set_user_attr(TARGET_ATTR, int(n_trials))
 
 
 def get_target(study: optuna.Study) -> int | None:
@@ -306,8 +308,7 @@ class SharedBudget:
     def __call__(self, study: optuna.Study) -> TrialBudget:
         if self.budget is not None:
             raise RuntimeError("SharedBudget: one study per instance")
-        if get_target(study) != self.target:
-            set_target(study, self.target)
+        set_target(study, self.target)
         self.budget = TrialBudget(study, self.target, study_lock(self.storage_url, study.study_name))
         return self.budget
 
