@@ -13,12 +13,12 @@ import yaml
 from cosearch.frameworks import export, torchtitan
 from cosearch.frameworks.torchtitan import _per_rank, _refusal, _split_to_write, split_layers
 from cosearch.scenario import parse_scenario
+from test_hostile_importers import NO_AC
 from test_hostile_importers import _refuses as _refused
 
 MODEL = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "gated_mlp": True,
          "vocab": 128256, "seq_len": 8192, "tied_embeddings": False}
 CLUSTER = {"gpu": "h100-sxm", "gpus": 64}
-NO_AC = '[activation_checkpoint]\nmode = "none"\n'
 
 
 def _scenario(layers, **plan):
