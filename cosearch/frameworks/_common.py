@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .._cells import prefetching_fsdp, recompute_stops_early, tp_overlap_passes
 from ..errors import CosearchError
+from ..model.memory import stage_layers
 from ..scenario import Scenario, scenario_columns
 
 
@@ -166,6 +167,14 @@ def hybrid(sc: Scenario, dp: int) -> int | None:
     parallelism a stated group is hybrid even when it equals dp."""
     g = sc.plan.zero_group
     return None if g is None or g == dp * sc.plan.cp or sc.plan.zero == 0 else g
+
+
+def model_stages(layers: int, pp: int, interleave: int, mtp: int) -> tuple[int, int, int]:
+    """(fullest, first, last) layers per pipeline rank as the model evaluates them
+    (:func:`cosearch.model.memory.stage_layers` on ``layers + mtp``: the last rank's count includes its MTP modules).
+    The fullest is ceil(layers / (pp*v)) * v without MTP; that rank paces the pipeline. An uneven split takes one
+    layer off the first rank (deficit 1), or off the first and the last (deficit 2 or more)."""
+    return tuple(int(n) for n in stage_layers(layers + mtp, pp, interleave))  # type: ignore[return-value]
 
 
 def shard_group(sc: Scenario, dp: int, framework: str) -> int | None:

@@ -88,10 +88,9 @@ from .._files import MAX_INT_DIGITS
 from ..errors import CosearchError
 from ..hf_moe import check_layers
 from ..model.collectives import group_shape
-from ..model.memory import stage_layers
 from ..model.moe import expert_tp
 from ..scenario import Scenario, hardware_values, parse_scenario
-from ._common import fsdp_overlap, layout, megatron_core_schedule, refuse, shard_group, zero3_overlap
+from ._common import fsdp_overlap, layout, megatron_core_schedule, model_stages, refuse, shard_group, zero3_overlap
 from .megatron_moe import SWITCHES as _MOE_SWITCHES, parse_moe, unread_flags
 from .planin import cluster_gpus, whole
 
@@ -100,14 +99,6 @@ VERSION = "Megatron-LM core_r0.14.0"
 _SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 FIRST, LAST = "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"
 _log = logging.getLogger(__name__)
-
-
-def model_stages(layers: int, pp: int, interleave: int, mtp: int) -> tuple[int, int, int]:
-    """(fullest, first, last) layers per pipeline rank as the model evaluates them
-    (:func:`cosearch.model.memory.stage_layers` on ``layers + mtp``: the last rank's count includes its MTP modules).
-    The fullest is ceil(layers / (pp*v)) * v without MTP; that rank paces the pipeline. An uneven split takes one
-    layer off the first rank (deficit 1), or off the first and the last (deficit 2 or more)."""
-    return tuple(int(n) for n in stage_layers(layers + mtp, pp, interleave))  # type: ignore[return-value]
 
 
 def _layers(n: int) -> str:

@@ -119,9 +119,8 @@ from .._cells import SDPA_CUDNN_FROM, pipelined_zero, sdpa_attention, tp_overlap
 from ..errors import CosearchError
 from ..presets import preset
 from ..scenario import MAX_COUNT, Scenario, parse_scenario
-from ..model.memory import stage_layers
 from ..model.schedules import schedule_name
-from ._common import fsdp_overlap, layout, refuse, shard_group, train_steps, zero3_overlap
+from ._common import fsdp_overlap, layout, model_stages, refuse, shard_group, train_steps, zero3_overlap
 from .planin import cluster_gpus, whole
 
 VERSION = "torchtitan v0.1.0"  # the export's layout ([training] compile, [float8])
@@ -175,7 +174,7 @@ def _misfit(layers: int, pp: int, per_rank: int, zbv: bool, counts: list[int]) -
     a rank holding more layers than the model evaluates there (its memory and time would be under-estimated), and
     a split where no rank holds the fullest count (the model would pace the pipeline with a rank that does not
     exist)."""
-    full, first, last = (int(n) for n in stage_layers(layers, pp, per_rank))
+    full, first, last = model_stages(layers, pp, per_rank, 0)
     want = [first + last - full] + [full] * (pp - 1) if zbv else [first] + [full] * (pp - 2) + [last]
     got = _rank_layers(counts, pp, zbv)
     for rank, (n, most) in enumerate(zip(got, want)):
@@ -228,15 +227,15 @@ def _split_to_write(layers: int, pp: int, v: int, schedule: str) -> tuple[int | 
     no split torchtitan derives is the model's, with the reason). The written value is (layers + 2) / (pp x v),
     which v0.1.0 and v0.2 split alike (each stage that many effective layers: the first and the last a transformer
     layer fewer)."""
-    zbv, eff, stages = schedule == "zb-v", layers + 2, pp * v
-    if eff % stages == 0:
-        why = _misfit(layers, pp, v, zbv, split_layers(layers, stages))
-        return (eff // stages, "") if why is None else (None, f"its split {why}")
-    if v == _default_per_rank(schedule) and stages <= eff:
-        why = _misfit(layers, pp, v, zbv, split_layers(layers, stages))
-        return (0, "") if why is None else (None, f"{stages} stages do not divide them (no whole "
-                                                  f"pipeline_parallel_layers_per_stage), and its default split {why}")
-    return None, f"{stages} stages do not divide them (no whole pipeline_parallel_layers_per_stage)"
+    eff, stages = layers + 2, pp * v
+    whole = eff % stages == 0
+    undivided = f"{stages} stages do not divide them (no whole pipeline_parallel_layers_per_stage)"
+    if not whole and not (v == _default_per_rank(schedule) and stages <= eff):
+        return None, undivided
+    why = _misfit(layers, pp, v, schedule == "zb-v", split_layers(layers, stages))
+    if why is None:
+        return (eff // stages if whole else 0), ""
+    return None, f"its split {why}" if whole else f"{undivided}, and its default split {why}"
 
 
 def _export_split(sc: Scenario) -> int | None:
