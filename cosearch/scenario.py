@@ -31,12 +31,13 @@ class _Strict(BaseModel):
 MAX_DIM = 1 << 24          # hidden, ffn_hidden
 MAX_COUNT = 10**8          # GPUs and parallel degrees
 MAX_TOKENS = 1e16          # tokens to train (GPT-3: 3e11, Llama 3: 1.5e13)
+MAX_LAYERS = 100_000       # model.layers
 
 
 class ModelSpec(_Strict):
     """Transformer architecture (decoder-only)."""
 
-    layers: Int = Field(gt=0, le=100_000)
+    layers: Int = Field(gt=0, le=MAX_LAYERS)
     hidden: Int = Field(gt=0, le=MAX_DIM)
     heads: Int = Field(gt=0, le=1 << 20)
     kv_heads: Optional[Int] = Field(None, gt=0, le=1 << 20, description="grouped-query attention; default = heads")

@@ -118,7 +118,7 @@ from .. import hf
 from .._cells import SDPA_CUDNN_FROM, pipelined_zero, sdpa_attention, tp_overlap_passes
 from ..errors import CosearchError
 from ..presets import preset
-from ..scenario import MAX_COUNT, Scenario, parse_scenario
+from ..scenario import MAX_COUNT, MAX_LAYERS, Scenario, parse_scenario
 from ..model.schedules import schedule_name
 from ._common import fsdp_overlap, layout, model_stages, refuse, shard_group, train_steps, zero3_overlap
 from .planin import cluster_gpus, whole
@@ -135,8 +135,6 @@ _SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZero
 _LPS = "parallelism.pipeline_parallel_layers_per_stage"
 #: Stages per rank searched for a split that fits (far beyond any interleave a plan runs).
 _MOST_PER_RANK = 128
-#: model.layers' bound (:class:`cosearch.scenario.ModelSpec`), checked before the split is worked out from it.
-_MAX_LAYERS = 100_000
 
 
 def _default_per_rank(schedule: str) -> int:
@@ -695,7 +693,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
     if pp > 1:
         schedule = _schedule(par)
         micro = _number(par, "parallelism", "pipeline_parallel_microbatch_size", 1)
-        layers = whole(m.get("layers"), "model.layers", most=_MAX_LAYERS)
+        layers = whole(m.get("layers"), "model.layers", most=MAX_LAYERS)  # before the split is worked out
         interleave = _per_rank(par, layers, pp, schedule, first, last)
     else:
         micro = local
