@@ -41,12 +41,16 @@ UNEVEN_PIPELINE = ("Megatron-LM", "torchtitan")
 FSDP = {"Megatron-LM": "Megatron-FSDP", "torchtitan": "FSDP2"}
 
 
-def layout(sc: Scenario, framework: str) -> dict[str, int]:
+def layout(sc: Scenario, framework: str, states: tuple[str, ...] | None = None,
+           early_stop_key: bool = False) -> dict[str, int]:
     """dp, gradient-accumulation steps and nodes of a plan that a launcher can run as written.
 
     Refuses plans whose degrees do not tile the cluster or the batch (a launcher would fail on
     them) or that use fields the framework's mapping does not express, and runs the scenario's own
-    hardware checks (e.g. fp8 on a GPU without fp8).
+    hardware checks (e.g. fp8 on a GPU without fp8). A release whose configuration expresses more than
+    the framework's default export says so: ``states``, the ``training.optimizer_states`` it writes (default
+    :data:`OPTIMIZER_STATES`); ``early_stop_key``, it writes full recompute's early stop as the plan states it
+    (torchtitan v0.2's ``[activation_checkpoint] early_stop``), so ``plan.recompute_early_stop`` is its own check.
     """
     if sc.cluster.inventory is not None:
         raise refuse("cluster.inventory", f"{framework} launches one GPU type per job; export a plan that uses one "
@@ -66,7 +70,7 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
     if pl.recompute == "op" and not stops_early:
         raise refuse("plan.recompute", f"op is torchtitan's per-op selective checkpointing; {framework} has no such "
                      "mode (use none, selective or full, or --format torchtitan)")
-    if pl.recompute == "full" and pl.recompute_early_stop != stops_early:
+    if pl.recompute == "full" and pl.recompute_early_stop != stops_early and not early_stop_key:
         raise refuse("plan.recompute_early_stop", (
             "torchtitan's full activation checkpointing stops the recompute early (PyTorch's non-reentrant "
             "checkpoint; torch.compile recomputes only what the backward reads); set it true to export") if stops_early
@@ -77,7 +81,7 @@ def layout(sc: Scenario, framework: str) -> dict[str, int]:
         raise refuse("plan.tp_overlap_passes", f"{pl.tp_overlap_passes}: {framework}'s tensor-parallel overlap hides "
                      f"the collectives of {'the forward pass only' if passes == 'forward' else 'every pass'}; set "
                      f"{passes} to export")
-    allowed = OPTIMIZER_STATES.get(framework, ("fp32",))
+    allowed = states or OPTIMIZER_STATES.get(framework, ("fp32",))
     if sc.training.optimizer_states not in allowed:
         raise refuse("training.optimizer_states", f"{sc.training.optimizer_states}: no {framework} setting is mapped "
                      f"for it here; allowed: {', '.join(allowed)}")

@@ -16,7 +16,22 @@ LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel
 ``[model] converters = ["float8"]`` with ``[float8]`` for fp8. Later trees' ``[compile]`` table (``enable``,
 ``components`` "model"/"loss", ``backend`` inductor) is read in place of ``[training] compile``.
 
-The export writes v0.1.0's layout; the import also reads **torchtitan v0.2.0 to v0.2.2**, the last releases that take
+The export writes either layout (:data:`LAYOUTS`; ``cosearch export --format torchtitan --torchtitan-version 0.1|0.2``).
+0.1, the default, is v0.1.0's above, the file this export has always written, which v0.2's config manager refuses
+(``[training] compile`` is no v0.2 field). 0.2 is **v0.2.0 to v0.2.2**'s (every key it writes is a field in all three
+wheels' dataclasses, below): ``[compile] enable = true`` with ``components`` the parts the plan fuses (``"model"``
+for training.fusion, ``"loss"`` for training.cross_entropy; v0.1.0's one switch compiles both, so it refuses the two
+apart), else ``enable = false``; fp8 as ``[model] converters = ["quantize.linear.float8"]`` with
+``[quantize.linear.float8] enable_fsdp_float8_all_gather`` (true where FSDP2 shards, as v0.1.0's ``[float8]``);
+``[training] dtype = "bfloat16"`` for ``training.optimizer_states: bf16`` (v0.1.0 has no pure-bf16 training and
+refuses it; bf16_moments and bf16_master neither layout expresses); ``[activation_checkpoint] early_stop`` =
+``plan.recompute_early_stop`` under full recompute (v0.2's default is false; v0.1.0 runs PyTorch's early stop and
+refuses false), refused false where torch.compile compiles the model (its partitioner recomputes only what the
+backward reads, as the import reads it); and v0.2's pipeline split (below). Every exported TOML of either layout reads
+back through :func:`parse_toml` to the plan exported. ``enable_fsdp_float8_all_gather`` is written, not read: the
+model gathers 16-bit weights whatever the precision (it has no fp8 all-gather to set).
+
+The import reads v0.1.0 and **torchtitan v0.2.0 to v0.2.2**, the last releases that take
 a job TOML (v0.3.0 configures jobs with Python config registries, ``--module``/``--config``). Their additions to the
 tables read: fp8 is ``converters = ["quantize.linear.float8"]`` (``[quantize.linear.float8]`` replaced ``[float8]``;
 ``quantize.grouped_mm.float8`` the experts' grouped GEMMs); ``[training] dtype = "bfloat16"`` (weights, gradients
@@ -78,7 +93,11 @@ of pp, and the same per-rank rules and default; ``generate_llm_fqn_per_model_par
 ``pipeline_module_split`` places as ``stage_ids_this_rank``. v0.2's values are a superset of v0.1.0's (an exact
 fit gives the same stages and split), so the import takes v0.2's rule. The export writes n = (layers + 2) / (pp x
 interleave) where that is whole (both versions), leaves n out where torchtitan's default stages per rank are the
-plan's interleave, and refuses the rest (plan.interleave, or plan.pp with a value that exports); both directions
+plan's interleave, and refuses the rest (plan.interleave, or plan.pp with a value that exports); the v0.2 layout writes
+v0.2's values too (:func:`_split_keys`): else the least n with ceil((layers + 2) / n) = pp x interleave, and where the
+default weights fit no n, ``pipeline_parallel_first/last_stage_less_layers`` 0 (32 layers on pp 4, 1F1B: v0.1.0's 8,
+9, 8, 7 is refused, v0.2 writes both weights 0 and n = 8, 8 layers a rank; 30 layers on pp 2 x interleave 3: 32 on 6
+stages is no whole n, v0.2 writes n = 6, ceil(32 / 6) = 6 stages of 5, 6, 5, 5, 5, 4 layers, 15 a rank); both directions
 refuse a split that puts more layers on a rank than the model evaluates there
 (:func:`cosearch.model.memory.stage_layers`) or none at its fullest count (Megatron's rule), with a one-line error
 naming the values that fit. 80 layers on pp 4 x interleave 5 are 82 effective, not a multiple of 20: refused
@@ -123,11 +142,22 @@ from ..model.schedules import schedule_name
 from ._common import fsdp_overlap, layout, model_stages, refuse, shard_group, train_steps, zero3_overlap
 from .planin import cluster_gpus, whole
 
-VERSION = "torchtitan v0.1.0"  # the export's layout ([training] compile, [float8])
+#: ``cosearch export --torchtitan-version`` value -> the releases whose job TOML layout the export writes.
+LAYOUTS = {"0.1": "torchtitan v0.1.0", "0.2": "torchtitan v0.2.0 to v0.2.2"}
+VERSION = LAYOUTS["0.1"]  # the export's default layout ([training] compile, [float8])
 #: The releases whose job TOML the import reads (v0.3.0 replaced the TOML with Python config registries).
 READS = "torchtitan v0.1.0 to v0.2.2"
 #: cosearch schedule -> torchtitan ``pipeline_parallel_schedule``
 _SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
+
+
+def layout_version(version: str) -> str:
+    """``version`` when it names a layout the export writes (:data:`LAYOUTS`), else a one-line error naming
+    ``--torchtitan-version`` and the allowed values."""
+    if version not in LAYOUTS:
+        raise CosearchError("--torchtitan-version", f"unknown torchtitan layout {version!r}; allowed: "
+                            + ", ".join(f"{v} ({name})" for v, name in LAYOUTS.items()))
+    return version
 
 
 # ----------------------------------------------------------------------------------- the pipeline split
@@ -220,58 +250,89 @@ def _fitting(layers: int, pp: int, schedule: str, first: int = 1, last: int = 1)
     return out
 
 
-def _split_to_write(layers: int, pp: int, v: int, schedule: str) -> tuple[int | None, str]:
+def _split_to_write(layers: int, pp: int, v: int, schedule: str, first: int = 1, last: int = 1,
+                    ceil: bool = False) -> tuple[int | None, str]:
     """(``pipeline_parallel_layers_per_stage`` to write, 0 to leave it out: torchtitan's default split; None where
     no split torchtitan derives is the model's, with the reason). The written value is (layers + 2) / (pp x v),
     which v0.1.0 and v0.2 split alike (each stage that many effective layers: the first and the last a transformer
-    layer fewer)."""
-    eff, stages = layers + 2, pp * v
-    whole = eff % stages == 0
-    undivided = f"{stages} stages do not divide them (no whole pipeline_parallel_layers_per_stage)"
-    if not whole and not (v == _default_per_rank(schedule) and stages <= eff):
+    layer fewer). With ``ceil`` (the v0.2 layout: its rule, :func:`_refusal`, and its end weights ``first`` and
+    ``last``), where that is not whole and torchtitan's default stages per rank are not v, it is the least n with
+    ceil((layers + first + last) / n) = pp x v."""
+    eff, stages = layers + first + last, pp * v
+    n, default = -(-eff // stages), v == _default_per_rank(schedule) and stages <= eff
+    whole = eff % stages == 0 or (ceil and not default and -(-eff // n) == stages)
+    undivided = (f"no layers_per_stage makes ceil({eff} / layers_per_stage) = {stages} stages" if ceil else
+                 f"{stages} stages do not divide them (no whole pipeline_parallel_layers_per_stage)")
+    if not whole and not default:
         return None, undivided
-    why = _misfit(layers, pp, v, schedule == "zb-v", split_layers(layers, stages))
+    why = _misfit(layers, pp, v, schedule == "zb-v", split_layers(layers, stages, first, last))
     if why is None:
-        return (eff // stages if whole else 0), ""
+        return (n if whole else 0), ""
     return None, f"its split {why}" if whole else f"{undivided}, and its default split {why}"
 
 
-def _export_split(sc: Scenario) -> int | None:
-    """``pipeline_parallel_layers_per_stage`` of a pipelined plan (None: left out, torchtitan's default split is
-    the model's; :func:`_split_to_write`), else a one-line refusal naming plan.interleave (an interleave that
-    exports at this pp, under Interleaved1F1B) or plan.pp (a pp that tiles the cluster and the batch and exports,
-    with this interleave, else with another or with 1F1B)."""
-    m, pl = sc.model, sc.plan
+#: The weights of the embedding and the output (``pipeline_parallel_first/last_stage_less_layers``) the v0.2 layout
+#: tries, torchtitan's default first (v0.1.0 has no others); the import reads 0 and 1 (:func:`_split`).
+_ENDS_V02 = ((1, 1), (0, 0), (1, 0), (0, 1))
+
+
+def _split_keys(layers: int, pp: int, v: int, schedule: str, v02: bool = False) -> tuple[dict[str, int] | None, str]:
+    """The split keys a layout writes for pp x v stages ({}: torchtitan's default split; None where no split
+    torchtitan derives is the model's, with the reason at torchtitan's default end weights): v0.1.0's
+    :func:`_split_to_write`, v0.2's with its ceil rule and, where the default weights do not fit, the first of
+    :data:`_ENDS_V02` that does (written where not 1)."""
+    reasons = []
+    for first, last in _ENDS_V02 if v02 else _ENDS_V02[:1]:
+        lps, why = _split_to_write(layers, pp, v, schedule, first, last, ceil=v02)
+        if lps is not None:
+            split = {"pipeline_parallel_layers_per_stage": lps} if lps else {}
+            for key, weight in (("pipeline_parallel_first_stage_less_layers", first),
+                                ("pipeline_parallel_last_stage_less_layers", last)):
+                if weight != 1:
+                    split[key] = weight
+            return split, ""
+        reasons.append(why)
+    return None, reasons[0] + ("; nor with pipeline_parallel_first/last_stage_less_layers 0 (torchtitan v0.2)"
+                               if v02 else "")
+
+
+def _export_split(sc: Scenario, version: str = "0.1") -> dict[str, int]:
+    """The split keys of a pipelined plan in the layout of ``version`` ({}: torchtitan's default split is the
+    model's; :func:`_split_keys`), else a one-line refusal naming plan.interleave (an interleave
+    that exports at this pp, under Interleaved1F1B) or plan.pp (a pp that tiles the cluster and the batch and
+    exports, with this interleave, else with another or with 1F1B)."""
+    m, pl, v02 = sc.model, sc.plan, version == "0.2"
     schedule = schedule_name(pl.schedule, pl.interleave)
-    lps, why = _split_to_write(m.layers, pl.pp, pl.interleave, schedule)
-    if lps is not None:
-        return lps or None
+    split, why = _split_keys(m.layers, pl.pp, pl.interleave, schedule, v02)
+    if split is not None:
+        return split
     head = (f"torchtitan counts the embedding and the output as a layer each, so {m.layers} layers are "
             f"{m.layers + 2} on pp x interleave = {pl.pp} x {pl.interleave}: {why}")
     interleaves = range(2, _MOST_PER_RANK + 1) if schedule == "interleaved" else ()
-    ws = [w for w in interleaves if _split_to_write(m.layers, pl.pp, w, schedule)[0] is not None]
+    ws = [w for w in interleaves if _split_keys(m.layers, pl.pp, w, schedule, v02)[0] is not None]
     if ws:
         w = min(ws, key=lambda w: (abs(w - pl.interleave), w))
         raise refuse("plan.interleave", f"interleave = {pl.interleave}: {head}; use interleave = {w}")
-    pps = _export_pps(sc, pl.interleave, schedule)
+    pps = _export_pps(sc, pl.interleave, schedule, v02)
     if pps:
         use = f"use pp = {pps[0]}"
     else:
-        other = next(((p, w) for w in interleaves for p in _export_pps(sc, w, schedule)[:1]), None)
-        one = _export_pps(sc, 1, "1f1b")
+        other = next(((p, w) for w in interleaves for p in _export_pps(sc, w, schedule, v02)[:1]), None)
+        one = _export_pps(sc, 1, "1f1b", v02)
         use = (f"use pp = {other[0]} with interleave = {other[1]}" if other else
                f"no pp fits {_SCHEDULES[schedule]} on {sc.cluster.gpus} GPUs with this batch; "
                + (f"1F1B (interleave 1) fits at pp = {one[0]}" if one else "use pp = 1"))
     raise refuse("plan.pp", f"pp = {pl.pp}: {head}; {use}")
 
 
-def _export_pps(sc: Scenario, v: int, schedule: str) -> list[int]:
+def _export_pps(sc: Scenario, v: int, schedule: str, v02: bool) -> list[int]:
     """The pp values (> 1, nearest the plan's first) that tile the cluster (tp x pp x cp divides the GPUs) and the
-    batch (micro-batch x dp divides it) and whose split with ``v`` stages per rank exports (:func:`_split_to_write`)."""
+    batch (micro-batch x dp divides it) and whose split with ``v`` stages per rank exports in the layout
+    (:func:`_split_keys`)."""
     pl, gpus, width = sc.plan, sc.cluster.gpus, sc.plan.tp * sc.plan.cp
     pps = [p for p in range(2, min(gpus // width, sc.model.layers + 2) + 1)
            if gpus % (width * p) == 0 and sc.training.global_batch % (pl.microbatch * (gpus // (width * p))) == 0
-           and _split_to_write(sc.model.layers, p, v, schedule)[0] is not None]
+           and _split_keys(sc.model.layers, p, v, schedule, v02)[0] is not None]
     return sorted(pps, key=lambda p: (abs(p - pl.pp), p))
 
 
@@ -327,8 +388,12 @@ def _fits_text(layers: int, pp: int, schedule: str, first: int, last: int) -> st
     return f"{text}; change the degree"
 
 
-def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
-    lay = layout(sc, "torchtitan")
+def sections(sc: Scenario, version: str = "0.1") -> dict[str, dict[str, Any]]:
+    """The job TOML's tables in the layout of ``version`` (:data:`LAYOUTS`), or a one-line refusal naming the field
+    that layout cannot express. v0.2 writes what v0.1.0 refuses: bf16 optimizer states, full recompute without
+    early stop (eager), a loss compiled apart from the model, ends weighted 0 in the pipeline split."""
+    v02 = layout_version(version) == "0.2"
+    lay = layout(sc, "torchtitan", states=("fp32", "bf16") if v02 else None, early_stop_key=v02)
     m, t, pl = sc.model, sc.training, sc.plan
     dp = lay["dp"]
     if pl.zero == 1 and pl.pp == 1:
@@ -355,8 +420,9 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     if pl.tp_comm_overlap and pl.tp > 1 and t.fusion == "eager":  # the plan would be estimated with an overlap it never gets
         raise refuse("plan.tp_comm_overlap", "torchtitan's async TP (enable_async_tensor_parallel) runs only under "
                      "torch.compile; with training.fusion: eager use false, or set fusion: fused")
-    # compile = true compiles the loss with the model: the loss runs as the fusion does (fused | eager both ways)
-    if t.cross_entropy != t.fusion:  # the plan's memory would count a loss torchtitan does not run
+    # v0.1.0's compile = true compiles the loss with the model: the loss runs as the fusion does (fused | eager both
+    # ways); v0.2's [compile] components name them apart
+    if t.cross_entropy != t.fusion and not v02:  # the plan's memory would count a loss torchtitan does not run
         raise refuse("training.cross_entropy", f"{t.cross_entropy}: torchtitan's loss runs {t.fusion} with "
                      f"training.fusion: {t.fusion} (torch.compile compiles the loss with the model); set {t.fusion}")
     schedule = _SCHEDULES.get(schedule_name(pl.schedule, pl.interleave)) if pl.pp > 1 else None
@@ -369,6 +435,10 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     if pl.recompute == "selective":
         raise refuse("plan.recompute", "torchtitan has no Megatron-style selective recompute (attention core only); "
                      "use op (its per-op SAC), none or full")
+    if v02 and pl.recompute == "full" and not pl.recompute_early_stop and t.fusion == "fused":
+        raise refuse("plan.recompute_early_stop", "false with training.fusion: fused: under torch.compile the "
+                     "partitioner recomputes only what the backward reads, whatever early_stop says; set it true, or "
+                     "set fusion: eager")
     zero3_overlap(sc, "torchtitan")
     group = shard_group(sc, dp, "torchtitan")
     par: dict[str, Any] = {}
@@ -382,12 +452,14 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
                pipeline_parallel_degree=pl.pp, context_parallel_degree=pl.cp)
     # training.fusion: torch.compile fuses the memory-bound ops (torchtitan's default is eager)
     training: dict[str, Any] = {"global_batch_size": t.global_batch, "seq_len": m.seq_len,
-                                "mixed_precision_param": "bfloat16", "compile": t.fusion == "fused"}
+                                "mixed_precision_param": "bfloat16"}
+    if not v02:  # v0.2 writes [compile]
+        training["compile"] = t.fusion == "fused"
+    elif t.optimizer_states == "bf16":  # v0.2's pure bf16: weights, gradients and Adam's states, no fp32 master
+        training["dtype"] = "bfloat16"
     if pl.pp > 1:
         par["pipeline_parallel_schedule"] = schedule
-        lps = _export_split(sc)
-        if lps is not None:  # None: torchtitan's default split is the one the model evaluates
-            par["pipeline_parallel_layers_per_stage"] = lps
+        par.update(_export_split(sc, version))  # {}: torchtitan's default split is the one the model evaluates
         par["pipeline_parallel_microbatch_size"] = pl.microbatch
         training["local_batch_size"] = t.global_batch // dp
     else:
@@ -398,10 +470,16 @@ def sections(sc: Scenario) -> dict[str, dict[str, Any]]:
     ac: dict[str, Any] = {"mode": "selective" if pl.recompute == "op" else pl.recompute}
     if pl.recompute == "op":
         ac["selective_ac_option"] = "op"
+    if v02 and pl.recompute == "full":  # v0.2's default is false, v0.1.0 ran PyTorch's (early stop)
+        ac["early_stop"] = pl.recompute_early_stop
     out = {"parallelism": par, "training": training, "activation_checkpoint": ac}
-    if t.precision == "fp8":
-        out["model"] = {"converters": ["float8"]}
-        out["float8"] = {"enable_fsdp_float8_all_gather": pl.zero >= 1}
+    if v02:
+        parts = [part for part, on in (("model", t.fusion), ("loss", t.cross_entropy)) if on == "fused"]
+        out["compile"] = {"enable": True, "components": parts} if parts else {"enable": False}
+    if t.precision == "fp8":  # FSDP2 gathers the fp8 weights where it shards
+        fp8 = "quantize.linear.float8" if v02 else "float8"
+        out["model"] = {"converters": [fp8]}
+        out[fp8] = {"enable_fsdp_float8_all_gather": pl.zero >= 1}
     return out
 
 
@@ -415,18 +493,21 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def export(sc: Scenario) -> str:
+def export(sc: Scenario, version: str = "0.1") -> str:
+    """The job TOML of ``sc`` in the layout of torchtitan ``version`` (:data:`LAYOUTS`; "0.1" by default, the layout
+    this export has always written), its header naming the layout."""
     m = sc.model
     cudnn_from = ".".join(map(str, SDPA_CUDNN_FROM))
     sdpa = f">= {cudnn_from} runs it (cuDNN on Hopper/Blackwell)" if sc.training.attention == "flash" else \
         f"< {cudnn_from} runs it (FlashAttention-2)"
-    lines = [f"# {VERSION} job config: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}",
+    body = sections(sc, version)
+    lines = [f"# {LAYOUTS[version]} job config: cosearch export of {sc.cluster.gpus} x {sc.cluster.gpu}",
              f"# model shape (set [model] name/flavor to match): layers={m.layers} hidden={m.hidden} heads={m.heads} "
              f"kv_heads={m.kv_heads} ffn_hidden={m.ffn_hidden} gated_mlp={m.gated_mlp} vocab={m.vocab} "
              f"tied_embeddings={m.tied_embeddings}",
              f"# attention: PyTorch SDPA as PyTorch {sdpa}"]
-    for name, body in sections(sc).items():
-        lines += ["", f"[{name}]"] + [f"{k} = {_value(v)}" for k, v in body.items()]
+    for name, table in body.items():
+        lines += ["", f"[{name}]"] + [f"{k} = {_value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
 
 
