@@ -1,8 +1,17 @@
-"""``cosearch export SCENARIO --format megatron|nemo|torchtitan|deepspeed [--out FILE]``.
+"""``cosearch export SCENARIO --format megatron|nemo|torchtitan|deepspeed [--torchtitan-version 0.1|0.2] [--out FILE]``.
 
 Also exports a stored study row: ``--study S [--storage X] --rank N`` (row N of ``cosearch
 pareto``'s table, 1 = first) or ``--trial N`` (a trial number, e.g. the one ``cosearch best``
 prints).
+
+``--torchtitan-version`` picks the job TOML's layout (:data:`cosearch.frameworks.torchtitan.LAYOUTS`): 0.1, the
+default, is torchtitan v0.1.0's (``[training] compile``, ``[float8]``), the file this command has always written;
+0.2 is v0.2.0 to v0.2.2's (``[compile]``, ``[quantize.linear.float8]``, ``early_stop``, ``dtype``), whose config
+manager refuses v0.1.0's ``[training] compile``. A flag rather than a ``--format torchtitan-v0.2``: ``--format``
+names the framework, one module of :mod:`cosearch.frameworks` each (``FORMATS``, whose ``export`` takes a format
+and nothing else), while the release is a choice within one framework's output, like ``--torch-version`` on the
+import side; a second format name would list torchtitan twice among the frameworks and route both names to the
+same module. The flag with another format, or a value other than 0.1 and 0.2, is a one-line error (exit 2).
 """
 from __future__ import annotations
 
@@ -20,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a plan as launch arguments of Megatron-LM, NeMo, torchtitan or DeepSpeed")
     p.add_argument("scenario", nargs="?", help="scenario YAML file (or use --study)")
     p.add_argument("--format", required=True, choices=list(FORMATS), help="target framework")
+    p.add_argument("--torchtitan-version", default=None, metavar="0.1|0.2",
+                   help="with --format torchtitan: the job TOML's layout, torchtitan v0.1.0's (0.1, the default) or "
+                   "v0.2.0 to v0.2.2's (0.2: [compile], [quantize.linear.float8], early_stop, dtype)")
     p.add_argument("--out", help="write to this file instead of standard output")
     p.add_argument("--study", help="export a stored row of this study instead of a scenario file")
     p.add_argument("--storage", default=None, help="study storage (as for cosearch best/pareto)")
@@ -49,6 +61,14 @@ def study_scenario(name: str, storage: str | None, rank: int | None, trial: int 
 
 
 def run(args: argparse.Namespace) -> int:
+    version = args.torchtitan_version
+    if version is not None:
+        from ..frameworks.torchtitan import layout_version
+
+        layout_version(version)
+        if args.format != "torchtitan":
+            raise CosearchError("--torchtitan-version", f"applies to --format torchtitan only (got --format "
+                                f"{args.format})")
     if args.study:
         if args.scenario:
             raise CosearchError("scenario", "give a scenario file or --study, not both")
@@ -67,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_overwrite("--out", args.out, {"scenario file": args.scenario if args.scenario else None,
                                           "study's storage": storage_file(args.storage) if args.study else None})
     sc = load_scenario(source)  # read and validated once: export and estimate both take the Scenario
-    text = export(sc, args.format)
+    text = export(sc, args.format) if version is None else _torchtitan(sc, version)
     nofit = no_fit_line(estimate(sc))
     if nofit:  # exported as asked, but the user should know before launching it
         print(f"warning: {nofit} (cosearch estimate); the launch would likely run out of memory", file=sys.stderr)
@@ -77,3 +97,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _torchtitan(sc: Any, version: str) -> str:
+    """The torchtitan job TOML of ``sc`` in ``version``'s layout; an inventory plan that uses one GPU type exports as
+    the ordinary plan it is, as :func:`cosearch.frameworks.export` does."""
+    from ..frameworks import torchtitan
+    from ..inventory import homogeneous_scenario
+
+    return torchtitan.export(homogeneous_scenario(sc) if sc.cluster.inventory is not None else sc, version)
