@@ -34,8 +34,12 @@ from cosearch.calibration import _subset, cross_validate, error_stats, fit_profi
 from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.interval import interval_factors  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE  # noqa: E402
-from cosearch.validation import BRIDGE_DENSE_PATH, DGXC_2024_PATH, JAX_PATH, Candidates, LONG_CONTEXT_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs, stated_peak_memory_gib, validation_table  # noqa: E402
+from cosearch.validation import BRIDGE_DENSE_PATH, DATA_DIR, DGXC_2024_PATH, JAX_PATH, Candidates, LONG_CONTEXT_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs, stated_peak_memory_gib, validation_table  # noqa: E402
 from cosearch.validation_moe import MOE_PATH  # noqa: E402
+
+#: Training runs on AMD Instinct GPUs (SOURCES.md S34, S35): MLPerf Training v5.1 Llama 3.1 8B on 8 MI355X, MaxText
+#: Llama 3.1 405B shapes on 16-64 MI355X. Held out: never read by a fit or the prediction band (reported apart).
+AMD_PATH = DATA_DIR / "published_runs_amd.csv"
 
 #: What the model misses on the rows it predicts worst (analysis of the breakdowns, by row id).
 REASONS = {
@@ -218,6 +222,16 @@ HELD_OUT_REASONS = {
                     "leaves it exposed, and the set stays held out"),
     606: "Llama 3 70B on 128 DGX Cloud H100, FSDP 128: remat unstated, the model needs full recompute to fit "
          "(MaxText's rerun stops early, plan.recompute_early_stop) and lands within 1 %",
+    **dict.fromkeys((801, 802), "MLPerf Training v5.1 Llama 3.1 8B fp8 on one MI355X node (DP 8, MBS 2, GA 2), AMD's "
+                    "and Supermicro's submissions of one recipe: the model is slower than both (+5 % and +2 %); the "
+                    "two servers differ by 3 %"),
+    803: "MaxText Llama 3.1 405B fp8, pure FSDP over 64 MI355X, three 8k sequences per GPU: remat unstated, only full "
+         "recompute fits (235 of 278 GiB); the FSDP traffic the model counts (7.2 s) hides under 38 s of compute",
+    804: "MaxText 405B widths at 40 layers, pure FSDP over 16 MI355X (2 nodes), one 8k sequence per GPU: -26 %. The "
+         "model hides every FSDP gather and reduce-scatter under compute (XLA's latency-hiding scheduler, "
+         "plan.fsdp_overlap 1); it counts 2.2 s of that traffic against 4.1 s of compute, and the run took 1.5 s "
+         "more than the model. With three sequences per GPU (row 803) the same traffic hides. Not adopted: no "
+         "source says how much XLA left exposed",
 }
 
 
@@ -229,6 +243,8 @@ HELD_OUT_SETS = (
     ("jax", JAX_PATH, "MaxText (JAX/XLA) Llama 2 7B on 1-16 GCP A3 High VMs, Llama 3 70B on 128 DGX Cloud H100"),
     ("dgxc_2024", DGXC_2024_PATH, "dgxc-benchmarking recipes of late 2024 (NeMo 24.05/24.09): Nemotron-4 15B/340B, "
      "Llama 3.1 8B/70B, GPT-3 175B on 8-2048 H100, bf16 and fp8"),
+    ("amd", AMD_PATH, "AMD Instinct MI355X: MLPerf Training v5.1 Llama 3.1 8B fp8 (NeMo/Megatron-Core, 8 GPUs), MaxText "
+     "Llama 3.1 405B shapes fp8 with pure FSDP on 16 and 64 GPUs"),
 )
 
 
