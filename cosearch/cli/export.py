@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_overwrite("--out", args.out, {"scenario file": args.scenario if args.scenario else None,
                                           "study's storage": storage_file(args.storage) if args.study else None})
     sc = load_scenario(source)  # read and validated once: export and estimate both take the Scenario
-    text = export(sc, args.format) if version is None else _torchtitan(sc, version)
+    text = export(sc, args.format) if version is None else export(sc, args.format, version=version)
     nofit = no_fit_line(estimate(sc))
     if nofit:  # exported as asked, but the user should know before launching it
         print(f"warning: {nofit} (cosearch estimate); the launch would likely run out of memory", file=sys.stderr)
@@ -98,11 +98,3 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     return 0
 
-
-def _torchtitan(sc: Any, version: str) -> str:
-    """The torchtitan job TOML of ``sc`` in ``version``'s layout; an inventory plan that uses one GPU type exports as
-    the ordinary plan it is, as :func:`cosearch.frameworks.export` does."""
-    from ..frameworks import torchtitan
-    from ..inventory import homogeneous_scenario
-
-    return torchtitan.export(homogeneous_scenario(sc) if sc.cluster.inventory is not None else sc, version)

@@ -30,8 +30,9 @@ def module(fmt: str):
     return importlib.import_module(f"{__name__}.{FORMATS[fmt]}")
 
 
-def export(scenario: Any, fmt: str) -> str:
-    """The launch arguments / config text of ``scenario`` (path, dict or Scenario) for ``fmt``."""
+def export(scenario: Any, fmt: str, **options: Any) -> str:
+    """The launch arguments / config text of ``scenario`` (path, dict or Scenario) for ``fmt``; ``options`` go to the
+    framework's ``export`` (torchtitan's ``version``, the job TOML's layout)."""
     from ..scenario import load_scenario
 
     sc = load_scenario(scenario)
@@ -39,4 +40,4 @@ def export(scenario: Any, fmt: str) -> str:
         from ..inventory import homogeneous_scenario
 
         sc = homogeneous_scenario(sc)
-    return module(fmt).export(sc)
+    return module(fmt).export(sc, **options)
