@@ -37,13 +37,12 @@ def cands():
     return build_candidates(load_published_runs(AMD))
 
 
-def _chosen(cands, table, rid):
-    """The scenario validate.py predicted row ``rid`` with (the fastest candidate that fits)."""
+def _chosen(cands, rids):
+    """The scenarios validate.py predicted rows ``rids`` with (the fastest candidate that fits), one prediction."""
     from cosearch.validation import predict
 
     _, chosen = predict(cands)
-    pos = cands.rows.index[cands.rows["row_id"] == rid][0]
-    return cands.scenarios[chosen[pos]]
+    return [cands.scenarios[chosen[cands.rows.index[cands.rows["row_id"] == rid][0]]] for rid in rids]
 
 
 def test_the_table_has_the_published_columns_and_two_sources(rows):
@@ -97,7 +96,7 @@ def test_every_row_is_a_mi355x_with_its_stated_plan_and_stack_facts(rows, cands)
     assert t["zero"].to_dict() == {801: 1, 802: 1, 803: 3, 804: 3}
     # the 40-layer run states remat_policy=full; the 405B run does not, and only full recompute fits it
     assert t.loc[804, "recompute"] == "full" and t.loc[803, "recompute"] == "full"
-    nemo, maxtext = _chosen(cands, t, 801), _chosen(cands, t, 804)
+    nemo, maxtext = _chosen(cands, (801, 804))
     assert nemo["training"]["attention"] == "flash" and nemo["training"]["fusion"] == "fused"
     assert "fsdp_overlap" not in nemo["plan"] and not nemo["plan"]["tp_comm_overlap"]
     # XLA's latency-hiding scheduler prefetches the FSDP gathers; jax.checkpoint's rerun stops early
