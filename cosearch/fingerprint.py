@@ -47,6 +47,10 @@ PROBES: tuple[tuple[str, dict[str, Any]], ...] = (
         "cluster": {"gpu": "h800", "gpus": 2048},
         "plan": {"tp": 1, "pp": 16, "ep": 64, "recompute": "selective", "zero": 1, "schedule": "dualpipe",
                  "recompute_mla_up_proj": True, "moe_dispatcher": "deepep", "moe_a2a_overlap": 1.0}}),
+    ("qwen3-30b-a3b h100 moe all-to-all", {  # 16 experts a rank: Megatron-Core's sort by local expert
+        "model": "qwen3-30b-a3b", "training": {"global_batch": 256, "precision": "bf16"},
+        "cluster": {"gpu": "h100-sxm", "gpus": 16},
+        "plan": {"tp": 1, "pp": 1, "ep": 8, "microbatch": 2, "zero": 1, "moe_dispatcher": "alltoall"}}),
     ("mixtral-8x7b gb200 moe", {
         "model": "mixtral-8x7b", "training": {"global_batch": 256, "precision": "bf16"},
         "cluster": {"gpu": "gb200", "gpus": 64},

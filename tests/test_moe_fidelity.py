@@ -141,8 +141,33 @@ def test_expert_tensor_parallel_gather_is_charged():
     assert no_etp == pytest.approx((3 / 4 * 20 / 112 + 1 / 4) * shown, rel=1e-9)
 
 
+def test_alltoall_dispatcher_sorts_received_copies_by_local_expert():
+    # Megatron-Core's all-to-all dispatcher sorts the received token copies by local expert after the dispatch and
+    # unsorts them before the combine (sort_chunks_by_idxs, where a rank holds more than one expert); DeepEP's
+    # receives them unsorted and permutes once, as the charge both share. One H100 node, ep 8, 16 experts (2 per
+    # rank), top-2, 4096 tokens a micro-batch, balanced: 8192 copies a rank; read + write, sort and unsort:
+    # 4 x 8192 x 4096 x 2 B = 268 MB a layer pass, forward + backward (2x) = 3 passes, 4 layers, 1 micro-batch,
+    # at 3.35 TB/s x 0.85 (profile HBM efficiency) = 1.131 ms more compute than the DeepEP dispatcher
+    sc = {"model": {"layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 1024, "gated_mlp": True,
+                    "vocab": 32000, "seq_len": 4096, "experts": 16, "top_k": 2},
+          "training": {"global_batch": 8, "moe_load_imbalance": 1.0},
+          "cluster": {"gpu": "h100-sxm", "gpus": 8},
+          "plan": {"tp": 1, "ep": 8, "zero": 1}}
+
+    def compute_s(experts, dispatcher):
+        return cosearch.estimate({**sc, "model": {**sc["model"], "experts": experts},
+                                  "plan": {**sc["plan"], "moe_dispatcher": dispatcher}})["breakdown_s"]["compute"]
+
+    expected_s = 3 * 4 * 4 * 8192 * 4096 * 2 / (3.35e12 * 0.85)
+    assert expected_s == pytest.approx(1.131e-3, rel=1e-3)
+    assert compute_s(16, "alltoall") - compute_s(16, "deepep") == pytest.approx(expected_s, rel=1e-6)
+    # one expert a rank (8 experts over ep 8): nothing to sort
+    assert compute_s(8, "alltoall") == pytest.approx(compute_s(8, "deepep"), rel=1e-12)
+
+
 def test_moe_median_error_guard(table):
-    # reached: 10.9 % in-sample over 75 rows (experiments/results/validation_moe.json; 11.6 % before row 347's stated
+    # reached: 10.6 % in-sample over 75 rows (experiments/results/validation_moe.json; 10.7 % before the all-to-all
+    # dispatcher's sort by local expert was charged, 11.6 % before row 347's stated
     # all-to-all overlap was read, 12.4 % before DualPipe's layout paced its compute; 13.9 % before the paired
     # all-to-all overlap and its SM share, 13.6 % before the dense matmul constant moved); 16.6 % before Megatron-Core's
     # one GEMM launch per local expert was charged (25 us each, from TE PR #3134, nothing fitted); 16.7 % over the 69 rows before

@@ -37,6 +37,10 @@ Grouped GEMMs (``plan.moe_grouped_gemm``): ``grouped`` runs each GEMM of the loc
 :data:`GROUPED_GEMM_LAUNCH_S` of host time per expert and GEMM: 6 per MoE layer and micro-batch (two forward,
 four backward), 8 with full recompute.
 
+Token copies are permuted into expert order before the dispatch and back after the combine (read + write
+each copy both ways); Megatron-Core's all-to-all dispatcher also sorts the received copies by local expert
+and back (``sort_chunks_by_idxs``, wherever a rank holds more than one expert), which DeepEP's does not.
+
 Expert tensor parallelism (etp > 1) all-gathers the received token copies over the etp ranks and
 reduce-scatters the expert outputs, a pair top_k x load times the dense MLP's; the excess over the dense
 model's pair is charged as expert communication (not overlapped).
@@ -344,6 +348,12 @@ def terms(c, *, tok, s_loc, mb, m, tp, sp, pp, v, rc, fp8, in_B, gemm_Fps, attn_
     router_f = kern.gemm_time_s(tok_r, E, h, gemm_Fps, hbm_Bps, t0)
     # permute before dispatch and unpermute after combine: read + write every token copy, twice
     permute = 4.0 * tok_r * k * h * load * kern.BYTES_16BIT / hbm_Bps
+    # Megatron-Core's all-to-all dispatcher regroups the received copies by local expert after the dispatch
+    # and back before the combine wherever a rank holds more than one expert (MoEAlltoAllTokenDispatcher,
+    # dispatch_postprocess / combine_preprocess: sort_chunks_by_idxs): read + write each received copy, twice.
+    # DeepEP's dispatcher receives the copies unsorted and permutes them once (the charge above).
+    sort_chunks = ops.where(moe & (c["moe_dispatcher"] == DISPATCHER_CODES["alltoall"]) & (local > 1), 1.0, 0.0)
+    permute = permute + sort_chunks * 4.0 * m_act * h * kern.BYTES_16BIT / hbm_Bps
     moe_gemm_f = routed_f + router_f + (mlp_f(fs, fc2_f(fs_loc)) if ops.any(fs > 0) else 0.0)
     act_e, act_s, act_d = act_fn_s(m_act, fe_loc), act_fn_s(tok, fs_loc), act_fn_s(tok, fd_loc)
     eager = kern.fusion_factor(c["fusion"])  # PyTorch eager: one kernel per memory-bound op
