@@ -295,6 +295,18 @@ def precision_of(text: Any, gpu: str) -> str:
     return "bf16"
 
 
+#: Precision cells naming Megatron-Bridge's MXFP8 and per-tensor current-scaling fp8 recipes, both of which set
+#: ``fp8_param_gather = True`` (megatron/bridge/training/mixed_precision.py: bf16_with_mxfp8_mixed,
+#: bf16_with_fp8_current_scaling_mixed; the blockwise recipe sets it False and is not named here).
+FP8_PARAM_GATHER_PRECISIONS = ("fp8-mx", "fp8-cs")
+
+
+def fp8_param_gather_of(text: Any, zero: int) -> bool:
+    """``plan.fp8_param_gather`` of a run: its precision cell names a recipe that gathers fp8 weights
+    (:data:`FP8_PARAM_GATHER_PRECISIONS`) and its weights are sharded (``zero`` >= 1)."""
+    return zero >= 1 and str(text).strip().lower().startswith(FP8_PARAM_GATHER_PRECISIONS)
+
+
 def source_year(source: Any) -> int | None:
     """The newest year a ``source`` cell names (a 4-digit year 2015-2039, or an arXiv id YYMM.NNNNN), or
     None: dates a run's software era when its source id is not one this module knows."""

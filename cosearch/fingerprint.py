@@ -22,6 +22,11 @@ PROBES: tuple[tuple[str, dict[str, Any]], ...] = (
         "model": "llama3-70b", "training": {"global_batch": 64, "precision": "bf16"},
         "cluster": {"gpu": "h100-sxm", "gpus": 64},
         "plan": {"tp": 4, "pp": 4, "interleave": 5, "sequence_parallel": True, "zero": 1, "tp_comm_overlap": True}}),
+    ("llama3-70b h100 fp8 weights fsdp", {  # plan.fp8_param_gather: 1-byte weights, fp8 FSDP gathers
+        "model": "llama3-70b", "training": {"global_batch": 128, "precision": "fp8"},
+        "cluster": {"gpu": "h100-sxm", "gpus": 64},
+        "plan": {"tp": 2, "zero": 3, "microbatch": 1, "recompute": "full", "sequence_parallel": True,
+                 "fp8_param_gather": True}}),
     ("llama3-8b b200 fp8", {
         "model": "llama3-8b", "training": {"global_batch": 128, "precision": "fp8"},
         "cluster": {"gpu": "b200", "gpus": 16},

@@ -170,6 +170,11 @@ class PlanSpec(_Strict):
                                         "backward (Megatron-Core recompute_modules 'mla_up_proj'; with recompute none "
                                         "or selective, moot under full). Costs the up-projection GEMMs once more")
     overlap_grad_reduce: Bool = Field(True, description="reduce gradients during the last backward pass (DDP buckets)")
+    fp8_param_gather: Bool = Field(False, description="training.precision fp8 with zero >= 1 only: weights held in fp8 "
+                                   "(1 B, no 16-bit copy; the fp32 master stays with the optimizer) and all-gathered "
+                                   "in fp8 by the distributed optimizer or FSDP (Megatron --fp8-param-gather, on in "
+                                   "Megatron-Bridge's fp8 recipes but blockwise; torchtitan "
+                                   "enable_fsdp_float8_all_gather). false: 16-bit weights plus an fp8 copy")
     tp_comm_overlap: Bool = Field(False, description="overlap tensor-parallel collectives with GEMMs "
                                   "(Megatron-Core/NeMo --tp-comm-overlap, Transformer Engine userbuffers)")
     tp_overlap_passes: Literal["all", "forward"] = Field(
@@ -308,6 +313,11 @@ def parse_scenario(data: Any) -> Scenario:
         sc = Scenario.model_validate(data)
     except ValidationError as err:
         raise _error_from_validation(err) from None
+    if sc.plan.fp8_param_gather and (sc.training.precision != "fp8" or sc.plan.zero < 1):
+        why = (f"training.precision is {sc.training.precision}" if sc.training.precision != "fp8"
+               else "plan.zero is 0 (fp8 weights are gathered by the distributed optimizer or FSDP)")
+        raise CosearchError("plan.fp8_param_gather", f"needs training.precision fp8 and plan.zero >= 1; {why}; "
+                            "allowed here: false")
     if sc.cluster.inventory is not None:
         check_inventory_scenario(sc)
         return sc

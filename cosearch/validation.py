@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import (_num, _recompute, _stated, causal_flops_count, gpu_id, hybrid_shard_group, legacy_megatron,
-                     megatron_core_stack, names_async_tp, pipeline_split_default, pipelined_zero, precision_of,
-                     stack_plan_facts, stack_training_facts, tp_overlap_passes, zero_stage)
+from ._cells import (_num, _recompute, _stated, causal_flops_count, fp8_param_gather_of, gpu_id, hybrid_shard_group,
+                     legacy_megatron, megatron_core_stack, names_async_tp, pipeline_split_default, pipelined_zero,
+                     precision_of, stack_plan_facts, stack_training_facts, tp_overlap_passes, zero_stage)
 from .errors import CosearchError
 from .hardware import gpu as gpu_spec
 from .hardware import peak_tflops
@@ -250,6 +250,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
                      # DeepSpeed's documented default stage3_max_live_parameters (deepspeed.ai config-json)
                      **({"zero3_live_params": 1e9} if "deepspeed" in sharding else {}),
                      **stack_plan_facts(sharding, framework, zero),
+                     **({"fp8_param_gather": True} if fp8_param_gather_of(row.precision, zero) else {}),
                      **({"zero_group": group} if group else {})},
         })
     return out

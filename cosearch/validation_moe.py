@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._cells import (_num, _recompute, _stated, gpu_id, megatron_core_stack, precision_of, recomputes_mla_up_proj,
+from ._cells import (_num, _recompute, _stated, fp8_param_gather_of, gpu_id, megatron_core_stack, precision_of, recomputes_mla_up_proj,
                      stack_plan_facts, stack_training_facts, zero_stage)
 from .presets import preset
 
@@ -193,6 +193,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
         # Megatron-Core's expert GEMMs launch one GEMM per expert (TE GroupedLinear; cosearch.model.moe)
         "moe_grouped_gemm": "per_expert" if megatron_core else "grouped",
         **stack_plan_facts(sharding, framework, zero),
+        **({"fp8_param_gather": True} if fp8_param_gather_of(get("precision"), zero) else {}),
     }
     if etp is not None:
         plan_fixed["etp"] = etp

@@ -85,6 +85,7 @@ INPUT_COLUMNS: dict[str, float | None] = {
     "recompute_early_stop": 0.0,  # 1: full recompute skips the dense MLP's last GEMM (PyTorch non-reentrant, JAX)
     "recompute_mla_up_proj": 0.0,  # 1: MLA's q/k/v are rebuilt from the latents in the backward, not kept
     "overlap_grad_reduce": 1.0,  # 0: gradients reduced after the backward pass (Megatron-LM before 2022)
+    "fp8_param_gather": 0.0,     # 1 (under fp8): weights held and all-gathered in fp8 (Megatron --fp8-param-gather)
     "tp_comm_overlap": 0.0,      # 1: tensor-parallel collectives overlapped with GEMMs (TE userbuffers)
     "tp_overlap_passes": 0.0,    # TP_OVERLAP_PASSES_CODES: 0 every pass overlapped, 1 the forward only (async TP)
     "offload": 0.0,              # bit set: 1 optimizer states, 2 weights+gradients, 4 activations

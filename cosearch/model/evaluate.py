@@ -204,6 +204,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     L, h, a, kvh, f = c["layers"], c["hidden"], c["heads"], c["kv_heads"], c["ffn_hidden"]
     gated, V, s, tied = c["gated_mlp"], c["vocab"], c["seq_len"], c["tied_embeddings"]
     B, fp8, attn_kind = c["global_batch"], c["precision"], c["attention"]
+    fp8p = fp8 * c["fp8_param_gather"]  # 1: weights held and all-gathered in fp8 (memory.weight_bytes)
+    w_B = mem.weight_bytes(fp8, fp8p)
+    gather_B = kern.BYTES_16BIT - fp8p  # bytes per gathered weight (FSDP / ZeRO all-gathers)
     std_attn = attn_kind == 1
     tp, pp, dp, cp = c["tp"], c["pp"], c["dp"], c["cp"]
     mb, v, rc, sp, zero = c["microbatch"], c["interleave"], c["recompute"], c["sequence_parallel"], c["zero"]
@@ -329,16 +332,23 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     params_stage = ops.maximum(ops.maximum(params_first, params_last), ops.where(pp > 2, params_mid, 0.0))
 
     # FSDP / ZeRO-3: gather the stage's weights in forward and again in backward, reduce-scatter
-    # gradients in backward, every micro-batch; prefetch hides them behind compute.
-    gather = coll.collective_s("all_gather", c["dp_collective"], params_stage * kern.BYTES_16BIT, zg, zg_stride, fabric,
-                               calls=n_stage)
+    # gradients in backward, every micro-batch; prefetch hides them behind compute. ``gather``: the weights'
+    # all-gather (fp8 under plan.fp8_param_gather); ``scatter``: the 16-bit gradients' reduce-scatter.
+    def stage_collective_s(value_B):
+        t = coll.collective_s("all_gather", c["dp_collective"], params_stage * value_B, zg, zg_stride, fabric,
+                              calls=n_stage)
+        if ext is not None:  # FSDP + EP: routed-expert weights are gathered over the expert-data-parallel group
+            t = t + ops.where((zero >= 3) & (ext.edp > 1) & (experts_stage > 0), coll.collective_s(
+                "all_gather", c["dp_collective"], experts_stage * value_B, ext.edp, ext.edp_stride, fabric,
+                calls=n_stage), 0.0)
+        return t
+
     z3 = (zero >= 3) & (zg > 1)
-    if ext is not None:  # FSDP + EP: routed-expert weights are gathered over the expert-data-parallel group
+    if ext is not None:
         experts_stage = ops.maximum(ops.maximum(ext.experts_first, ext.experts_last), ops.where(pp > 2, ext.experts_mid, 0.0))
-        gather = gather + ops.where((zero >= 3) & (ext.edp > 1) & (experts_stage > 0), coll.collective_s(
-            "all_gather", c["dp_collective"], experts_stage * kern.BYTES_16BIT, ext.edp, ext.edp_stride, fabric,
-            calls=n_stage), 0.0)
         z3 = (zero >= 3) & ((zg > 1) | ((ext.edp > 1) & (experts_stage > 0)))
+    scatter = stage_collective_s(kern.BYTES_16BIT)
+    gather = stage_collective_s(gather_B) if ops.any(fp8p > 0) else scatter
     c_f = n_stage * layer_f + logits_f
     c_b = n_stage * layer_b + logits_b
     heads_f, heads_b = logits_f, logits_b  # what the last stage runs beyond its layers
@@ -367,9 +377,9 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     fsdp_f = first_layer + gather - fsdp_hidden_f  # the forward's exposed FSDP traffic (ZeRO-3 rows)
 
     def fsdp_hidden_in(work):  # the backward's gathers and reduce-scatters that ``work`` seconds of compute hide
-        return ops.where(z3, ops.minimum(2.0 * gather, fsdp_ov * work), 0.0)
+        return ops.where(z3, ops.minimum(gather + scatter, fsdp_ov * work), 0.0)
     fsdp_hidden_b = fsdp_hidden_in(work_b)
-    fsdp_mb = ops.where(z3, fsdp_f + 2.0 * gather - fsdp_hidden_b, 0.0)
+    fsdp_mb = ops.where(z3, fsdp_f + gather + scatter - fsdp_hidden_b, 0.0)
     # tier transfers hide in the compute window FSDP traffic leaves (one window, not one each: a
     # faster compute or collective can never make the step slower)
     window_f, window_b = work_f - fsdp_hidden_f, work_b - fsdp_hidden_b
@@ -380,7 +390,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     exp_Bps = xp.expansion_Bps(c["expansion_gbps"])
     if any_offload:
         off_opt, off_w, off_act = xp.offloads(off, xp.OPTIMIZER), xp.offloads(off, xp.WEIGHTS), xp.offloads(off, xp.ACTIVATIONS)
-        w_stage, g_stage, _ = mem.model_state_bytes(params_stage, zero, zg, fp8)
+        w_stage, g_stage, _ = mem.model_state_bytes(params_stage, zero, zg, fp8, fp8_params=fp8p)
         act_mb = n_stage * act_layer
         io_f = ops.where(off_w, w_stage, 0.0) + ops.where(off_act, act_mb, 0.0)
         io_b = ops.where(off_w, w_stage + 2.0 * g_stage, 0.0) + ops.where(off_act, act_mb, 0.0)
@@ -425,10 +435,21 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # the dp/zg replicas (stride tp*cp*zg) span tp*cp*dp ranks, an effective stride of tp*zg.
     rep_stride = ops.where(z3 & (dp > zg), tp * zg, tp)
     dp_bytes = ops.where(z3, grad_bytes / zg, grad_bytes)
-    dp_total = ops.where(rep > 1, coll.collective_s("all_reduce", c["dp_collective"], dp_bytes, rep, rep_stride, fabric), 0.0)
+    def reduction_s(params, size, stride, grads=None):
+        """All-reduce of the gradients; with fp8 parameters under the distributed optimizer (ZeRO 1-2) its two
+        halves apart: the gradients reduce-scattered, the updated weights all-gathered in fp8 (1 B each)."""
+        g_bytes = params * mem.GRAD_BYTES if grads is None else grads
+        t = coll.collective_s("all_reduce", c["dp_collective"], g_bytes, size, stride, fabric)
+        if not ops.any(fp8p > 0):
+            return t
+        split = (coll.collective_s("reduce_scatter", c["dp_collective"], g_bytes, size, stride, fabric)
+                 + coll.collective_s("all_gather", c["dp_collective"], params * gather_B, size, stride, fabric))
+        return ops.where((fp8p > 0) & (zero >= 1) & ops.logical_not(z3), split, t)
+
+    dp_total = ops.where(rep > 1, reduction_s(params_stage, rep, rep_stride, dp_bytes), 0.0)
     if ext is not None:  # routed-expert gradients: reduced over the expert-data-parallel group (FSDP: reduce-scattered per micro-batch)
-        dp_total = dp_total + ops.where((ext.edp > 1) & (zero < 3) & (experts_stage > 0), coll.collective_s(
-            "all_reduce", c["dp_collective"], experts_stage * mem.GRAD_BYTES, ext.edp, ext.edp_stride, fabric), 0.0)
+        dp_total = dp_total + ops.where((ext.edp > 1) & (zero < 3) & (experts_stage > 0), reduction_s(
+            experts_stage, ext.edp, ext.edp_stride), 0.0)
     # hidden behind the last micro-batch's backward (as long as its tier transfers make it), in the
     # time FSDP traffic leaves free
     # (the backward slot less the network time its FSDP traffic takes: the window FSDP leaves, plus the
@@ -449,7 +470,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         down_only = off_opt & ops.logical_not(off_w)
         grad_down = xp.transfer_s(ops.where(down_only, owned * mem.GRAD_BYTES, 0.0), exp_Bps)
         chain_exposed = ops.maximum(ops.maximum(dp_total, grad_down) - hide_b, 0.0)
-        upload = xp.transfer_s(ops.where(down_only, owned * (mem.WEIGHT_BYTES + fp8), 0.0), exp_Bps)
+        upload = xp.transfer_s(ops.where(down_only, owned * w_B, 0.0), exp_Bps)
         offload_end = chain_exposed - dp_exposed + upload
         optimizer = ops.where(off_opt, xp.transfer_s(owned * opt_traffic, exp_Bps), optimizer)
     else:
@@ -469,10 +490,10 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     div_experts = None if ext is None else mem.state_divisors(zero, ext.edp)
 
     def states(params, experts_key):
-        w_, g_, o_ = mem.model_state_bytes(params, zero, zg, fp8, div_dense, opt_B)
+        w_, g_, o_ = mem.model_state_bytes(params, zero, zg, fp8, div_dense, opt_B, fp8p)
         if ext is None:
             return w_, g_, o_
-        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8, div_experts, opt_B)
+        we, ge, oe = mem.model_state_bytes(getattr(ext, experts_key), zero, ext.edp, fp8, div_experts, opt_B, fp8p)
         return w_ + we, g_ + ge, o_ + oe
     ce = c["cross_entropy"]
     logits_buf = tok * (V / tp) * (ops.where(ce > 0, LOGIT_BYTES_EAGER, LOGIT_BYTES) if ops.any(ce > 0) else LOGIT_BYTES)
@@ -489,7 +510,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
             gathered_layer = ext.gathered_layer
     held = ops.minimum(2.0, ops.maximum(n_stage, 1.0)) * gathered_layer
     gathered = ops.where(ops.isnan(live), held, ops.minimum(held, ops.maximum(live, largest_sub)))
-    z3_buffers = ops.where(z3, gathered * kern.BYTES_16BIT, 0.0)
+    z3_buffers = ops.where(z3, gathered * gather_B, 0.0)
     # the peak is on the first rank, or with an uneven split possibly on the second (a layer more,
     # one micro-batch fewer in flight); the last rank holds one micro-batch and the logits. Each rank's
     # total is taken after the schedule and offload have moved its bytes, so the peak is the true one.
@@ -513,7 +534,7 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
         # offloaded states and activations leave HBM for the tier; HBM keeps prefetch buffers
         shard3 = ops.where(zero >= 3, ops.maximum(zg, 1.0), 1.0)
         stream_buf = (xp.BUFFER_LAYERS * ops.maximum(layer_params_loc, emb_loc) / shard3
-                      * (mem.WEIGHT_BYTES + fp8 + mem.GRAD_BYTES))
+                      * (w_B + mem.GRAD_BYTES))
         act_buf = xp.BUFFER_LAYERS * act_layer
         tiers = []
         for r in ranks:

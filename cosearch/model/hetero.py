@@ -100,7 +100,9 @@ def _pipeline(sh, hws, use, p: Profile):
         last_type = np.where(used[k], k, last_type)
     states = sh["optimizer_states"]
     opt_B, opt_traffic = mem.optimizer_bytes(states)
-    sb = sum(mem.model_state_bytes(1.0, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B))  # per param
+    fp8p = sh["precision"] * sh["fp8_param_gather"]
+    sb = sum(mem.model_state_bytes(1.0, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B,
+                                   fp8_params=fp8p))  # per param
     lp, emb, act, work = q0["layer_params"], q0["emb_params"], q0["act_layer_bytes"], q0["working_bytes"]
     g_type, g_count, g_rank, g_last = [], [], [], []
     for k in order:
@@ -133,7 +135,8 @@ def _pipeline(sh, hws, use, p: Profile):
     valid &= ok
     # memory of each group's worst stage (its first rank, n_g layers)
     params = n_g * lp + first * emb + last * emb
-    wb, gb, ob = mem.model_state_bytes(params, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B)
+    wb, gb, ob = mem.model_state_bytes(params, sh["zero"], q0["opt_group"], sh["precision"], optimizer_bytes=opt_B,
+                                       fp8_params=fp8p)
     act_b = mem.inflight_layers(n_g, P, 1.0, m, rank=rank) * act + work + last * q0["logits_bytes"]
     tot = np.where(cnt > 0, wb + gb + ob + act_b, 0.0)
     fits_g = (tot <= usable) | (cnt <= 0)

@@ -74,15 +74,22 @@ def state_divisors(zero, shard_group):
     return ops.where(zero >= 3, shard, 1.0), ops.where(zero >= 2, shard, 1.0), ops.where(zero >= 1, shard, 1.0)
 
 
-def model_state_bytes(params_local, zero, shard_group, fp8, divisors=None, optimizer_bytes=OPTIMIZER_BYTES):
+def weight_bytes(fp8, fp8_params=0.0):
+    """Bytes per model weight: 16-bit, plus Transformer Engine's 1-byte fp8 copy under fp8 training; with fp8
+    parameters (``fp8_params`` = 1 under fp8: Megatron ``--fp8-param-gather``, TE ``fp8_model_init``, torchtitan's
+    float8 FSDP all-gather) the weights are held in fp8 alone, 1 byte, the fp32 master staying with the optimizer."""
+    return WEIGHT_BYTES + fp8 - WEIGHT_BYTES * fp8_params
+
+
+def model_state_bytes(params_local, zero, shard_group, fp8, divisors=None, optimizer_bytes=OPTIMIZER_BYTES,
+                      fp8_params=0.0):
     """(weights, gradients, optimizer) bytes of ``params_local`` parameters under ZeRO stage ``zero``;
     ``divisors``: :func:`state_divisors` of (``zero``, ``shard_group``) where already known;
-    ``optimizer_bytes``: optimizer states per parameter (the first of :func:`optimizer_bytes`).
-
-    FP8 training (Transformer Engine) keeps an extra 1-byte copy of the weights.
+    ``optimizer_bytes``: optimizer states per parameter (the first of :func:`optimizer_bytes`);
+    ``fp8``, ``fp8_params``: 0/1, as :func:`weight_bytes` reads them.
     """
     div_w, div_g, div_o = divisors or state_divisors(zero, shard_group)
-    weights = params_local * (WEIGHT_BYTES + fp8) / div_w
+    weights = params_local * weight_bytes(fp8, fp8_params) / div_w
     grads = params_local * GRAD_BYTES / div_g
     optimizer = params_local * optimizer_bytes / div_o
     return weights, grads, optimizer

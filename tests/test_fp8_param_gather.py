@@ -1,0 +1,88 @@
+"""plan.fp8_param_gather (Megatron --fp8-param-gather, torchtitan's float8 FSDP all-gather): weights held in fp8
+alone and all-gathered in fp8. Checked by hand against the model's own parameter counts and collective formulas."""
+from __future__ import annotations
+
+import pytest
+
+import cosearch
+from cosearch.errors import CosearchError
+from cosearch.model import memory as mem
+
+GIB = 2.0 ** 30
+
+LLAMA70_3D = {"model": "llama3-70b", "training": {"global_batch": 512, "precision": "fp8"},
+              "cluster": {"gpu": "h100-sxm", "gpus": 64},
+              "plan": {"tp": 4, "pp": 4, "interleave": 5, "sequence_parallel": True, "zero": 1}}
+LLAMA8_FSDP = {"model": "llama3-8b", "training": {"global_batch": 512, "precision": "fp8"},
+               "cluster": {"gpu": "h100-sxm", "gpus": 64},
+               "plan": {"zero": 3, "microbatch": 1, "recompute": "full"}}
+
+
+def _with(sc, **plan):
+    return {**sc, "plan": {**sc["plan"], **plan}}
+
+
+def test_weight_bytes_per_parameter():
+    assert mem.weight_bytes(0.0) == 2.0          # 16-bit
+    assert mem.weight_bytes(1.0) == 3.0          # 16-bit + Transformer Engine's fp8 copy
+    assert mem.weight_bytes(1.0, 1.0) == 1.0     # fp8 parameters alone
+
+
+def test_fp8_weights_take_a_third_of_the_weight_memory_and_nothing_else_moves():
+    # Llama 3 70B on TP 4 x PP 4: the weights a GPU holds drop from 3 B to 1 B a parameter; gradients,
+    # optimizer states and activations stay as they were
+    off = cosearch.estimate(LLAMA70_3D)
+    on = cosearch.estimate(_with(LLAMA70_3D, fp8_param_gather=True))
+    w_off, w_on = off["memory_breakdown_gib"]["weights"], on["memory_breakdown_gib"]["weights"]
+    assert w_on == pytest.approx(w_off / 3.0, rel=1e-12)
+    for k in ("gradients", "optimizer", "activations"):
+        assert on["memory_breakdown_gib"][k] == pytest.approx(off["memory_breakdown_gib"][k], rel=1e-12)
+    assert off["memory_gib"] - on["memory_gib"] == pytest.approx(2.0 / 3.0 * w_off, rel=1e-9)
+    # the weights a GPU holds: about 70.6e9 / 16 (embedding and output layer on the end stages) at 1 B
+    assert 3.5 < w_on < 5.5
+
+
+def test_fsdp_gathers_move_half_the_bytes_in_fp8():
+    # pure FSDP (zero 3, nothing hidden: fsdp_overlap 0), 32 layers: a micro-batch exposes the first layer's
+    # gather, the forward gather G and the backward gather G and gradient reduce-scatter S (= G in 16 bits).
+    # fp8 weights halve both gathers' bytes, not the 16-bit reduce-scatter: (G/64 + G + S) / (G/32 + 3G) with
+    # G = S/2 is 0.665 of the traffic time; the per-call latencies (32 calls each) do not shrink, so a bit more
+    sc = _with(LLAMA8_FSDP, fsdp_overlap=0.0)
+    off = cosearch.estimate(sc)["breakdown_s"]
+    on = cosearch.estimate(_with(sc, fp8_param_gather=True))["breakdown_s"]
+    assert on["compute"] == off["compute"]
+    bandwidth_only = (1 / 64 + 2) / (1 / 32 + 3)
+    assert bandwidth_only == pytest.approx(0.665, abs=1e-3)
+    assert bandwidth_only < on["dp_comm"] / off["dp_comm"] < 0.75
+    # the gathered layers' buffers are 1-byte too
+    assert cosearch.estimate(_with(sc, fp8_param_gather=True))["memory_gib"] < cosearch.estimate(sc)["memory_gib"]
+
+
+def test_distributed_optimizer_gathers_fp8_weights():
+    # ZeRO-1 (Megatron's distributed optimizer) on 8 data-parallel ranks of one node: the gradient all-reduce
+    # (reduce-scatter + all-gather of 2-byte values) becomes a 2-byte reduce-scatter and a 1-byte all-gather,
+    # 3/4 of its bandwidth time; with gradient reduction after the backward (overlap_grad_reduce false) all of it
+    # is exposed
+    sc = {"model": "llama3-8b", "training": {"global_batch": 64, "precision": "fp8"},
+          "cluster": {"gpu": "h100-sxm", "gpus": 8},
+          "plan": {"zero": 1, "microbatch": 1, "recompute": "full", "overlap_grad_reduce": False}}
+    off = cosearch.estimate(sc)["breakdown_s"]["dp_comm"]
+    on = cosearch.estimate(_with(sc, fp8_param_gather=True))["breakdown_s"]["dp_comm"]
+    assert on == pytest.approx(0.75 * off, rel=0.01)
+
+
+def test_fp8_param_gather_needs_fp8_and_sharded_weights():
+    with pytest.raises(CosearchError, match=r"^plan.fp8_param_gather: needs training.precision fp8.*bf16"):
+        cosearch.estimate({**_with(LLAMA70_3D, fp8_param_gather=True), "training": {"global_batch": 512}})
+    with pytest.raises(CosearchError, match=r"^plan.fp8_param_gather: .*plan.zero is 0"):
+        cosearch.estimate(_with(LLAMA70_3D, fp8_param_gather=True, zero=0))
+
+
+def test_bridge_fp8_recipes_gather_fp8_weights():
+    # Megatron-Bridge's MXFP8 and current-scaling recipes set fp8_param_gather (mixed_precision.py); the
+    # validation rows that name them run with it, others without
+    from cosearch._cells import fp8_param_gather_of
+    assert fp8_param_gather_of("fp8-mx (MXFP8)", 1) and fp8_param_gather_of("fp8-cs (per-tensor current scaling)", 1)
+    assert not fp8_param_gather_of("fp8-mx (MXFP8)", 0)
+    assert not fp8_param_gather_of("fp8 (TE hybrid, delayed scaling; yaml fp8_hybrid)", 1)
+    assert not fp8_param_gather_of("bf16", 1)
