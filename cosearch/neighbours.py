@@ -1,7 +1,7 @@
 """The plans one move away from a scenario, and a few hardware upgrades: what ``explain`` tries.
 
 One knob moved at a time (micro-batch, interleaving, schedule, recompute, ZeRO stage, sequence
-parallelism, overlaps, DeepPool burst, the expert-parallel knobs of a MoE model, a factor moved between
+parallelism, overlaps, fp8 weights, DeepPool burst, the expert-parallel knobs of a MoE model, a factor moved between
 tp/pp/cp/dp at the same GPU count),
 faster network/NVLink or more HBM, or for a rented cluster the other instance types with the same
 GPU count. :mod:`cosearch.explain` evaluates and ranks them.
@@ -62,6 +62,8 @@ def neighbours(sc: Scenario, cols: Mapping[str, float]) -> list[Change]:
         out.append(Change("burst false -> true", "plan", {"plan.burst": True}))
     if pl.tp > 1 and not pl.tp_comm_overlap:
         out.append(Change("tp_comm_overlap false -> true", "plan", {"plan.tp_comm_overlap": True}))
+    if sc.training.precision == "fp8" and pl.zero >= 1 and not pl.fp8_param_gather:
+        out.append(Change("fp8_param_gather false -> true", "plan", {"plan.fp8_param_gather": True}))
     if sc.model.experts:
         out += moe_changes(sc)
     # Move a factor between two mesh dimensions; the GPU count stays the same.

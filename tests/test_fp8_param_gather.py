@@ -86,3 +86,17 @@ def test_bridge_fp8_recipes_gather_fp8_weights():
     assert not fp8_param_gather_of("fp8-mx (MXFP8)", 0)
     assert not fp8_param_gather_of("fp8 (TE hybrid, delayed scaling; yaml fp8_hybrid)", 1)
     assert not fp8_param_gather_of("bf16", 1)
+
+
+def test_explain_offers_fp8_weights_where_they_apply():
+    from cosearch.neighbours import neighbours
+    from cosearch.scenario import parse_scenario, scenario_columns
+
+    def labels(sc):
+        s = parse_scenario(sc)
+        return {c.label for c in neighbours(s, scenario_columns(s))}
+
+    assert "fp8_param_gather false -> true" in labels(LLAMA70_3D)
+    assert "fp8_param_gather false -> true" not in labels(_with(LLAMA70_3D, fp8_param_gather=True))
+    assert "fp8_param_gather false -> true" not in labels(_with(LLAMA70_3D, zero=0))
+    assert "fp8_param_gather false -> true" not in labels({**LLAMA70_3D, "training": {"global_batch": 512}})
