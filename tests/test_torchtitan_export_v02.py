@@ -26,7 +26,8 @@ CLUSTER = {"gpu": "h100-sxm", "gpus": 64}
 #: so the config manager refuses them in a v0.2 TOML.
 V010_ONLY = {"training": {"compile", "seed", "deterministic"},
              "parallelism": {"enable_compiled_autograd", "pipeline_parallel_split_points"}}
-#: torchtitan v0.2's Float8Linear fields ([quantize.linear.float8]; the import does not read that table).
+#: torchtitan v0.2's Float8Linear fields ([quantize.linear.float8]; the import reads enable_fsdp_float8_all_gather
+#: and recipe_name of it).
 FLOAT8_LINEAR = {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "recipe_name",
                  "filter_fqns", "emulate"}
 
@@ -66,7 +67,8 @@ EXPECTED = {
         "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"},
         "compile": {"enable": True, "components": ["model", "loss"]},
         "model": {"converters": ["quantize.linear.float8"]},
-        "quantize": {"linear": {"float8": {"enable_fsdp_float8_all_gather": True}}},
+        # plan.fp8_param_gather unset (false): 16-bit weights gathered, as the plan is estimated
+        "quantize": {"linear": {"float8": {"enable_fsdp_float8_all_gather": False}}},
     }),
     "eager-ddp-full": (EAGER_DDP_FULL, {
         "parallelism": {"data_parallel_replicate_degree": 32, "data_parallel_shard_degree": 1,

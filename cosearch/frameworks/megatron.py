@@ -45,6 +45,14 @@ plan.zero_group (hybrid)       ``--num-distributed-optimizer-instances dp/zero_g
                                (with FSDP also ``--outer-dp-sharding-strategy no_shard``); refused
                                with cp > 1 (Megatron-Core's instances slice the dp-with-cp group)
 plan.fsdp_overlap              1 with zero 3 (Megatron-FSDP prefetches); read back as 1
+plan.fp8_param_gather          ``--fp8-param-gather`` (fp8 with zero >= 1: weights held in fp8, gathered in fp8 by
+                               the distributed optimizer or Megatron-FSDP); with zero 2/3 the export adds
+                               ``--use-distributed-optimizer`` beside ``--use-megatron-fsdp`` (Megatron-LM's
+                               validate_args asserts the flag with the distributed optimizer or torch FSDP2;
+                               later trees accept Megatron-FSDP as well). Read back as true; refused without
+                               ``--fp8-format`` (Megatron-Core: "fp8_param must be used together with fp8 mode")
+                               or without a sharded optimizer (``--use-distributed-optimizer`` or Megatron-FSDP
+                               sharding at least the optimizer)
 plan.overlap_grad_reduce       ``--overlap-grad-reduce``
 plan.tp_comm_overlap           ``--tp-comm-overlap``
 model.experts / top_k          ``--num-experts`` ``--moe-router-topk`` ``--moe-grouped-gemm``
@@ -285,6 +293,10 @@ def _flags(sc: Scenario, lay: dict[str, int], split: tuple[int, int, int] | None
         out += ["--use-distributed-optimizer"]
     elif pl.zero >= 2:
         out += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _SHARDING[pl.zero]]
+    if pl.fp8_param_gather:  # fp8 with zero >= 1 (parse_scenario): weights held and gathered in fp8
+        # validate_args asserts --fp8-param-gather with the distributed optimizer (or torch FSDP2); Megatron-FSDP
+        # runs with it too
+        out += (["--use-distributed-optimizer"] if pl.zero >= 2 else []) + ["--fp8-param-gather"]
     group = shard_group(sc, lay["dp"], "Megatron-LM")
     if group is not None:
         out += ["--num-distributed-optimizer-instances", lay["dp"] // group]
@@ -488,7 +500,7 @@ _SWITCHES = {
     "--overlap-grad-reduce", "--tp-comm-overlap", "--recompute-activations", "--use-flash-attn",
     "--multi-latent-attention", "--cpu-offloading", "--optimizer-cpu-offload", "--use-torch-fsdp2",
     "--no-overlap-grad-reduce", "--use-mcore-models", "--disable-bias-linear", "--overlap-param-gather",
-    "--use-precision-aware-optimizer",
+    "--use-precision-aware-optimizer", "--fp8-param-gather",
 } | _MOE_SWITCHES
 
 
@@ -558,6 +570,8 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     read are logged as a warning. An uneven split (``--decoder-first/last-pipeline-num-layers``) is read where
     :func:`stage_split` accepts it; ``--num-layers`` that pp * interleave does not divide without those flags is
     refused, as Megatron-LM refuses it (:func:`_even_split`); custom pipeline layouts and CPU offloading are refused.
+    ``--fp8-param-gather`` is ``plan.fp8_param_gather`` (:func:`_fp8_param_gather`: refused without fp8 or without
+    a sharded optimizer, as Megatron-LM refuses it).
     """
     seen = _tokens(args)
     for flag, why in _UNSUPPORTED.items():
@@ -660,6 +674,8 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     }
     if mla_up:
         plan["recompute_mla_up_proj"] = True
+    if "--fp8-param-gather" in seen:
+        plan["fp8_param_gather"] = _fp8_param_gather(precision, zero)
     if zero == 3:  # Megatron-FSDP prefetches its gathers, as the export states
         plan["fsdp_overlap"] = fsdp_overlap("Megatron-LM")
     moe_training: dict[str, Any] = {}
@@ -689,6 +705,24 @@ def parse_args(args: str | list[str], cluster: Mapping[str, Any] | None = None) 
     elif layers % (pp * interleave):
         _even_split(layers, pp, interleave, sc.model.mtp_layers or 0)
     return sc
+
+
+def _fp8_param_gather(precision: str, zero: int) -> bool:
+    """``plan.fp8_param_gather`` of a command line with ``--fp8-param-gather``: true, or a one-line error naming the
+    flag where Megatron-LM refuses it: without fp8 (Megatron-Core's TransformerConfig: "fp8_param must be used
+    together with fp8 mode") or without a sharded optimizer (validate_args: "--fp8-param-gather only supported with
+    distributed optimizer, ..."; Megatron-FSDP's no_shard strategy shards nothing)."""
+    flag = "--fp8-param-gather"
+    if precision != "fp8":
+        raise CosearchError(flag, f"without --fp8-format (the run is {precision}): Megatron-Core keeps fp8 weights "
+                            "only in fp8 training (\"fp8_param must be used together with fp8 mode\"); add "
+                            "--fp8-format hybrid or drop the flag")
+    if zero < 1:
+        raise CosearchError(flag, "without --use-distributed-optimizer (or Megatron-FSDP sharding the optimizer): "
+                            "Megatron-LM gathers fp8 weights only in the distributed optimizer or FSDP (\"--fp8-param-"
+                            "gather only supported with distributed optimizer\"); add --use-distributed-optimizer or "
+                            "drop the flag")
+    return True
 
 
 def _even_split(layers: int, pp: int, interleave: int, mtp: int) -> None:

@@ -12,7 +12,8 @@ factory of ``nemo.collections.llm.recipes.precision.mixed_precision`` (``bf16_mi
 ``ffn_hidden_size``, ``gated_linear_unit``, ``share_embeddings_and_output_weights``,
 ``vocab_size``, ``seq_length``, ``attention_dropout``, ``hidden_dropout``,
 ``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``, ``tp_comm_overlap``);
-``optim.config.use_distributed_optimizer`` (ZeRO-1).
+``optim.config.use_distributed_optimizer`` (ZeRO-1); for fp8, ``trainer.plugins.fp8_param_gather`` =
+``plan.fp8_param_gather`` (weights held and gathered in fp8 by the distributed optimizer).
 
 Names checked (issue 15) against NVIDIA/NeMo: nemo/collections/llm/recipes/llama3_70b.py
 (@0189a3b38dcfc89e916ca4396459433c8ba326d2) builds ``trainer`` as ``run.Config(nl.Trainer, ...,
@@ -23,7 +24,10 @@ num_nodes=, devices=, max_steps=, plugins=bf16_mixed(), strategy=strategy)`` wit
 ``MockDataModule(seq_length=, global_batch_size=, micro_batch_size=)``; ``model`` as
 ``run.Config(LlamaModel, config=run.Config(Llama3Config70B))``.
 nemo/collections/llm/recipes/precision/mixed_precision.py (@0a07447c2962ee5b55dea5af0d3fc981a2873ca4)
-defines ``bf16_mixed``, ``fp16_mixed`` and ``bf16_with_fp8_mixed``;
+defines ``bf16_mixed``, ``fp16_mixed`` and ``bf16_with_fp8_mixed``, which sets ``cfg.fp8_param_gather = True``
+(a ``MegatronMixedPrecision`` argument; its MXFP8 factories set False, current scaling True), so the export states
+the plan's value after the factory: without it an fp8 plan with ``fp8_param_gather: false`` (16-bit weights plus an
+fp8 copy) would launch with fp8 weights;
 nemo/collections/llm/recipes/optim/adam.py (@06cca550af612dce62bdc21e5db16e2ac6fbf5e3) sets
 ``OptimizerConfig(use_distributed_optimizer=True)`` as ``optim.config``.
 ``model.config`` names: NVIDIA/NeMo nemo/collections/llm/gpt/model/base.py (@0175f4c6c8005588f42b6077a4e00ca31b4d479c)
@@ -78,6 +82,7 @@ def overrides(sc: Scenario) -> list[str]:
         f"trainer.strategy.sequence_parallel={b(pl.sequence_parallel)}",
         f"trainer.strategy.ddp.overlap_grad_reduce={b(pl.overlap_grad_reduce)}",
         f"trainer.plugins={plugin}",
+        *([f"trainer.plugins.fp8_param_gather={b(pl.fp8_param_gather)}"] if t.precision == "fp8" else []),
         f"optim.config.use_distributed_optimizer={b(pl.zero == 1)}",
         f"data.micro_batch_size={pl.microbatch}", f"data.global_batch_size={t.global_batch}",
         f"data.seq_length={m.seq_len}",

@@ -13,7 +13,8 @@ LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), ``pipeline_parallel
 (training.fusion fused, else eager); ``[activation_checkpoint] mode`` (``none``/``selective``/``full``; plan.recompute op is ``selective`` with
 ``selective_ac_option = "op"``, per-op SAC, and Megatron's selective is refused; full is
 ``plan.recompute_early_stop``: PyTorch's non-reentrant checkpoint stops the recompute early);
-``[model] converters = ["float8"]`` with ``[float8]`` for fp8. Later trees' ``[compile]`` table (``enable``,
+``[model] converters = ["float8"]`` with ``[float8]`` for fp8 (``enable_fsdp_float8_all_gather``:
+``plan.fp8_param_gather``, below). Later trees' ``[compile]`` table (``enable``,
 ``components`` "model"/"loss", ``backend`` inductor) is read in place of ``[training] compile``.
 
 The export writes either layout (:data:`LAYOUTS`; ``cosearch export --format torchtitan --torchtitan-version 0.1|0.2``).
@@ -22,14 +23,27 @@ The export writes either layout (:data:`LAYOUTS`; ``cosearch export --format tor
 wheels' dataclasses, below): ``[compile] enable = true`` with ``components`` the parts the plan fuses (``"model"``
 for training.fusion, ``"loss"`` for training.cross_entropy; v0.1.0's one switch compiles both, so it refuses the two
 apart), else ``enable = false``; fp8 as ``[model] converters = ["quantize.linear.float8"]`` with
-``[quantize.linear.float8] enable_fsdp_float8_all_gather`` (true where FSDP2 shards, as v0.1.0's ``[float8]``);
+``[quantize.linear.float8] enable_fsdp_float8_all_gather`` (``plan.fp8_param_gather``, as v0.1.0's ``[float8]``);
 ``[training] dtype = "bfloat16"`` for ``training.optimizer_states: bf16`` (v0.1.0 has no pure-bf16 training and
 refuses it; bf16_moments and bf16_master neither layout expresses); ``[activation_checkpoint] early_stop`` =
 ``plan.recompute_early_stop`` under full recompute (v0.2's default is false; v0.1.0 runs PyTorch's early stop and
 refuses false), refused false where torch.compile compiles the model (its partitioner recomputes only what the
 backward reads, as the import reads it); and v0.2's pipeline split (below). Every exported TOML of either layout reads
-back through :func:`parse_toml` to the plan exported. ``enable_fsdp_float8_all_gather`` is written, not read: the
-model gathers 16-bit weights whatever the precision (it has no fp8 all-gather to set).
+back through :func:`parse_toml` to the plan exported.
+
+fp8 weights (``plan.fp8_param_gather``, both ways; :func:`_fp8_all_gather`): under fp8 both layouts write
+``enable_fsdp_float8_all_gather`` = the plan's value in the converter's table (``[float8]``, v0.2's
+``[quantize.linear.float8]``), and the import reads it from the table of the converter the TOML names. torchtitan
+v0.1.0 to v0.2.2 (torchtitan/components/quantization/float8.py of the three wheels) turns torchao's float8 FSDP
+all-gather on only for tensorwise scaling without ``recipe_name`` and only where ``data_parallel_shard_degree`` > 1
+(``parallel_dims.dp_shard_enabled and enable_fsdp_float8_all_gather``; FSDP2 over the context-parallel ranks alone
+does not count), and asserts against it with a ``recipe_name``. The import mirrors that: true where the float8
+converter is on and the shard degree > 1; a true key without an fp8 converter (its table is not read) or with shard
+degree 1 (logged) is ignored, as torchtitan ignores it, and reads as false; with ``recipe_name`` it is refused, as
+torchtitan refuses it, and so it is for a sharded mixture of experts (torchao gathers the experts' grouped-GEMM
+weights in bf16, Float8Linear's only in fp8; cosearch holds every weight in one precision). The export refuses
+``fp8_param_gather`` where the shard degree it writes is 1 (FSDP2 over cp only): torchtitan would gather 16-bit
+weights.
 
 The import reads v0.1.0 and **torchtitan v0.2.0 to v0.2.2**, the last releases that take
 a job TOML (v0.3.0 configures jobs with Python config registries, ``--module``/``--config``). Their additions to the
@@ -45,7 +59,8 @@ or a ``pipeline_parallel_first/last_stage_less_layers`` weight above 1 (more tha
 count in the split, below), MX
 converters (``quantize.*.mx``) and, for a mixture of experts, fp8 on the dense layers or on the experts only. The
 other new keys leave the estimate as it is and are accepted (``_KEYS_LATER`` says why); the new tables
-``[quantize]`` and ``[debug]``, like ``[float8]``, are not read.
+``[quantize]`` and ``[debug]``, like ``[float8]``, are not read beyond the float8 converter's
+``enable_fsdp_float8_all_gather`` and ``recipe_name`` (above) and v0.1.0-era ``moe_fqns_prototype``.
 
 Names are checked as torchtitan checks them (its config manager refuses a field its dataclasses lack): in the
 tables read (``_KEYS``: those above and the keys of them that leave the estimate as it is, of v0.1.0 and v0.2), an
@@ -62,7 +77,7 @@ has every ``[parallelism]`` name above, ``fsdp_reshard_after_forward`` being
 ``local_batch_size``, ``global_batch_size``, ``seq_len``, ``steps``, ``mixed_precision_param``
 (``"bfloat16"``/``"float32"``); ``ActivationCheckpoint.mode`` is ``Literal["selective", "full",
 "none"]`` with ``selective_ac_option`` (``'int'`` or ``'op'``); ``Model.converters`` is a list and
-``JobConfig.float8`` a ``Float8`` section with ``enable_fsdp_float8_all_gather``. That version
+``JobConfig.float8`` a ``Float8`` section with ``enable_fsdp_float8_all_gather`` and ``recipe_name``. That version
 has no ``[quantize]`` section (fp8 is ``[float8]``, MX is ``[mx]``). The v0.2 names were checked against
 torchtitan/config/job_config.py of the torchtitan 0.2.2 wheel on PyPI (torchtitan-0.2.2-py3-none-any.whl, sha256
 c95ccaaa89238085ed7d3d4befb20a298cc3fcc666b9573a1f5ba92ec8c3ca60; the 0.2.0 and 0.2.1 wheels' tables read hold a
@@ -130,6 +145,7 @@ variant with one parameter copy, not DualPipe's two). The model architecture is 
 """
 from __future__ import annotations
 
+import logging
 from difflib import get_close_matches
 from typing import Any, Mapping
 
@@ -149,6 +165,7 @@ VERSION = LAYOUTS["0.1"]  # the export's default layout ([training] compile, [fl
 READS = "torchtitan v0.1.0 to v0.2.2"
 #: cosearch schedule -> torchtitan ``pipeline_parallel_schedule``
 _SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zb-v": "ZBVZeroBubble"}
+_log = logging.getLogger(__name__)
 
 
 def layout_version(version: str) -> str:
@@ -476,10 +493,14 @@ def sections(sc: Scenario, version: str = "0.1") -> dict[str, dict[str, Any]]:
     if v02:
         parts = [part for part, on in (("model", t.fusion), ("loss", t.cross_entropy)) if on == "fused"]
         out["compile"] = {"enable": True, "components": parts} if parts else {"enable": False}
-    if t.precision == "fp8":  # FSDP2 gathers the fp8 weights where it shards
+    if pl.fp8_param_gather and par["data_parallel_shard_degree"] == 1:  # fp8 with zero >= 1 (parse_scenario)
+        raise refuse("plan.fp8_param_gather", f"true with a data_parallel_shard_degree of 1 (FSDP2 over the cp = "
+                     f"{pl.cp} ranks only): torchtitan turns the float8 FSDP all-gather on only where the shard "
+                     "degree is > 1 (parallel_dims.dp_shard_enabled) and would gather 16-bit weights; set false")
+    if t.precision == "fp8":  # the plan's fp8 weights: FSDP2 gathers them in fp8 (torchao's float8 all-gather)
         fp8 = "quantize.linear.float8" if v02 else "float8"
         out["model"] = {"converters": [fp8]}
-        out[fp8] = {"enable_fsdp_float8_all_gather": pl.zero >= 1}
+        out[fp8] = {"enable_fsdp_float8_all_gather": pl.fp8_param_gather}
     return out
 
 
@@ -667,6 +688,52 @@ def _precision(doc: dict[str, Any], moe: bool) -> str:
     return "fp8" if linear else "bf16"
 
 
+def _float8_table(doc: dict[str, Any], converter: str) -> dict[str, Any]:
+    """The table torchtitan reads for the float8 ``converter``: v0.1.0's ``[float8]``, v0.2's
+    ``[quantize.linear.float8]`` (empty when absent; a non-table is a one-line error naming it)."""
+    if converter == "float8":
+        return _table(doc, "float8")
+    table: Any = doc
+    for depth, part in enumerate(("quantize", "linear", "float8")):
+        table = table.get(part, {})
+        if not isinstance(table, dict):
+            name = ".".join(("quantize", "linear", "float8")[:depth + 1])
+            raise CosearchError(name, f"expects a TOML table [{name}] (got {type(table).__name__} {table!r})")
+    return table
+
+
+def _fp8_all_gather(doc: dict[str, Any], shard: int, moe: bool) -> bool:
+    """``plan.fp8_param_gather``: ``enable_fsdp_float8_all_gather`` of the float8 converter's table, as torchtitan
+    v0.1.0 to v0.2.2 apply it (torchtitan/components/quantization/float8.py: ``parallel_dims.dp_shard_enabled and
+    enable_fsdp_float8_all_gather``, tensorwise scaling without ``recipe_name`` only). True where an fp8 converter is
+    on and ``data_parallel_shard_degree`` (``shard``) > 1. As in torchtitan, a true key has no effect where no fp8
+    converter is named (its table is not read) or where shard is 1 (read as false, logged). Refused, one line naming
+    the key: true with ``recipe_name`` (torchtitan asserts), true for a sharded mixture of experts (torchao gathers
+    the grouped-GEMM expert weights in bf16, only Float8Linear's in fp8; cosearch holds every weight in one
+    precision)."""
+    converters = _table(doc, "model").get("converters", [])  # checked by _precision
+    on = [c for c in _FP8_LINEAR if c in converters]
+    for converter in on:
+        table = _float8_table(doc, converter)
+        key = f"{converter}.enable_fsdp_float8_all_gather"
+        if not hf.boolean(table.get("enable_fsdp_float8_all_gather", False), key):
+            continue
+        if "recipe_name" in table:
+            raise CosearchError(key, f"true with recipe_name {table['recipe_name']!r}: torchtitan asserts that the "
+                                "float8 FSDP all-gather is not supported with a recipe (it runs tensorwise scaling "
+                                "without recipe_name); set false or drop recipe_name")
+        if shard == 1:
+            _log.warning("%s = true has no effect: torchtitan gathers fp8 weights only where "
+                         "data_parallel_shard_degree > 1 (read as plan.fp8_param_gather: false)", key)
+            return False
+        if moe:
+            raise CosearchError(key, "true for a mixture of experts: torchao gathers the experts' grouped-GEMM "
+                                "weights in bf16 and only the other linear layers' in fp8, while cosearch holds every "
+                                "weight in one precision; set false")
+        return True
+    return False
+
+
 def _split(par: dict[str, Any], pp: int) -> tuple[int, int]:
     """The layers the embedding and the output count as in torchtitan's split (v0.2's
     ``pipeline_parallel_first/last_stage_less_layers``, 0 or 1; 1 each in v0.1.0 and by default). Refuses, under
@@ -779,6 +846,7 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
     else:
         micro = local
     precision = _precision(doc, bool(m.get("experts")))
+    fp8_gather = _fp8_all_gather(doc, shard, bool(m.get("experts")))
     param = tr.get("mixed_precision_param", "bfloat16")
     if param != "bfloat16":
         raise CosearchError("training.mixed_precision_param", f"expects bfloat16 (got {param!r}): cosearch models "
@@ -827,5 +895,6 @@ def parse_toml(text: str, model: Any, cluster: dict[str, Any], torch_version: st
             "tp_overlap_passes": tp_overlap_passes("torchtitan") if overlap else "all",
             # under torch.compile the partitioner recomputes only what the backward reads, early_stop or not
             "recompute_early_stop": mode == "full" and (early or model_compiled),
-            "fsdp_overlap": fsdp_overlap("torchtitan") if zero == 3 else None}
+            "fsdp_overlap": fsdp_overlap("torchtitan") if zero == 3 else None,
+            "fp8_param_gather": fp8_gather}
     return parse_scenario({"model": m, "training": training, "cluster": dict(cluster), "plan": plan})
