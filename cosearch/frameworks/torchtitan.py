@@ -583,10 +583,15 @@ _FP8_GROUPED = "quantize.grouped_mm.float8"
 
 
 def _table(doc: dict[str, Any], key: str) -> dict[str, Any]:
-    """The ``[key]`` table of the TOML (empty when absent); ``parallelism = 5`` is a one-line error."""
-    v = doc.get(key, {})
-    if not isinstance(v, dict):
-        raise CosearchError(key, f"expects a TOML table [{key}] (got {type(v).__name__} {v!r})")
+    """The ``[key]`` table of the TOML, a dotted key naming a nested one (``quantize.linear.float8``); empty when
+    absent. ``parallelism = 5`` (or ``quantize.linear = 1``) is a one-line error naming the non-table."""
+    v: Any = doc
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        v = v.get(part, {})
+        if not isinstance(v, dict):
+            name = ".".join(parts[:depth + 1])
+            raise CosearchError(name, f"expects a TOML table [{name}] (got {type(v).__name__} {v!r})")
     return v
 
 
@@ -688,20 +693,6 @@ def _precision(doc: dict[str, Any], moe: bool) -> str:
     return "fp8" if linear else "bf16"
 
 
-def _float8_table(doc: dict[str, Any], converter: str) -> dict[str, Any]:
-    """The table torchtitan reads for the float8 ``converter``: v0.1.0's ``[float8]``, v0.2's
-    ``[quantize.linear.float8]`` (empty when absent; a non-table is a one-line error naming it)."""
-    if converter == "float8":
-        return _table(doc, "float8")
-    table: Any = doc
-    for depth, part in enumerate(("quantize", "linear", "float8")):
-        table = table.get(part, {})
-        if not isinstance(table, dict):
-            name = ".".join(("quantize", "linear", "float8")[:depth + 1])
-            raise CosearchError(name, f"expects a TOML table [{name}] (got {type(table).__name__} {table!r})")
-    return table
-
-
 def _fp8_all_gather(doc: dict[str, Any], shard: int, moe: bool) -> bool:
     """``plan.fp8_param_gather``: ``enable_fsdp_float8_all_gather`` of the float8 converter's table, as torchtitan
     v0.1.0 to v0.2.2 apply it (torchtitan/components/quantization/float8.py: ``parallel_dims.dp_shard_enabled and
@@ -714,7 +705,7 @@ def _fp8_all_gather(doc: dict[str, Any], shard: int, moe: bool) -> bool:
     converters = _table(doc, "model").get("converters", [])  # checked by _precision
     on = [c for c in _FP8_LINEAR if c in converters]
     for converter in on:
-        table = _float8_table(doc, converter)
+        table = _table(doc, converter)  # [float8], v0.2's [quantize.linear.float8]
         key = f"{converter}.enable_fsdp_float8_all_gather"
         if not hf.boolean(table.get("enable_fsdp_float8_all_gather", False), key):
             continue
