@@ -301,10 +301,23 @@ def precision_of(text: Any, gpu: str) -> str:
 FP8_PARAM_GATHER_PRECISIONS = ("fp8-mx", "fp8-cs")
 
 
-def fp8_param_gather_of(text: Any, zero: int) -> bool:
-    """``plan.fp8_param_gather`` of a run: its precision cell names a recipe that gathers fp8 weights
-    (:data:`FP8_PARAM_GATHER_PRECISIONS`) and its weights are sharded (``zero`` >= 1)."""
-    return zero >= 1 and str(text).strip().lower().startswith(FP8_PARAM_GATHER_PRECISIONS)
+#: Words of a precision cell that state fp8 weights by their switch: NeMo 1.x's ``model.fp8_params`` (the model
+#: is built under Transformer Engine's ``fp8_model_init`` and Megatron-Core's DDP gets
+#: ``fp8_param_gather=cfg.fp8_params``: nlp/models/language_modeling/megatron_gpt_model.py) and torchtitan's
+#: ``enable_fsdp_float8_all_gather`` (FSDP2 all-gathers the float8 weights).
+FP8_PARAM_GATHER_WORDS = ("fp8_params", "enable_fsdp_float8_all_gather")
+
+
+def fp8_param_gather_of(text: Any, zero: int, stated: Any = None) -> bool:
+    """``plan.fp8_param_gather`` of a run whose weights are sharded (``zero`` >= 1): its precision cell names a
+    recipe that gathers fp8 weights (:data:`FP8_PARAM_GATHER_PRECISIONS`) or the switch itself
+    (:data:`FP8_PARAM_GATHER_WORDS`), or its ``fp8_params`` cell (``stated``: the recipe's setting,
+    recipe_settings.csv) says yes; never for a 16-bit run."""
+    t = str(text).strip().lower()
+    if zero < 1 or not t.startswith("fp8"):
+        return False
+    return t.startswith(FP8_PARAM_GATHER_PRECISIONS) or any(w in t for w in FP8_PARAM_GATHER_WORDS) or bool(
+        _stated(stated))
 
 
 def source_year(source: Any) -> int | None:

@@ -250,7 +250,7 @@ def row_scenarios(row: pd.Series) -> list[dict[str, Any]] | None:
                      # DeepSpeed's documented default stage3_max_live_parameters (deepspeed.ai config-json)
                      **({"zero3_live_params": 1e9} if "deepspeed" in sharding else {}),
                      **stack_plan_facts(sharding, framework, zero),
-                     **({"fp8_param_gather": True} if fp8_param_gather_of(row.precision, zero) else {}),
+                     **({"fp8_param_gather": True} if fp8_param_gather_of(row.precision, zero, row.get("fp8_params")) else {}),
                      **({"zero_group": group} if group else {})},
         })
     return out

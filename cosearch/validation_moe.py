@@ -193,7 +193,7 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
         # Megatron-Core's expert GEMMs launch one GEMM per expert (TE GroupedLinear; cosearch.model.moe)
         "moe_grouped_gemm": "per_expert" if megatron_core else "grouped",
         **stack_plan_facts(sharding, framework, zero),
-        **({"fp8_param_gather": True} if fp8_param_gather_of(get("precision"), zero) else {}),
+        **({"fp8_param_gather": True} if fp8_param_gather_of(get("precision"), zero, get("fp8_params")) else {}),
     }
     if etp is not None:
         plan_fixed["etp"] = etp

@@ -88,6 +88,39 @@ def test_bridge_fp8_recipes_gather_fp8_weights():
     assert not fp8_param_gather_of("bf16", 1)
 
 
+def test_stated_fp8_weight_switches_map_to_fp8_param_gather():
+    # NeMo 1.x's model.fp8_params and torchtitan's enable_fsdp_float8_all_gather, named in the precision cell or set
+    # by the recipe (the fp8_params cell that recipe_settings.csv fills), on sharded weights of an fp8 run only
+    from cosearch._cells import fp8_param_gather_of
+    assert fp8_param_gather_of("fp8 (TE; fp8_hybrid E4M3/E5M2, fp8_params; scaling history not stated)", 1)
+    assert fp8_param_gather_of("fp8 (torchao float8 tensorwise; enable_fsdp_float8_all_gather)", 3)
+    assert fp8_param_gather_of("fp8 (Transformer Engine; scaling recipe not stated)", 1, "yes")
+    assert not fp8_param_gather_of("fp8 (Transformer Engine; scaling recipe not stated)", 1, "no")
+    assert not fp8_param_gather_of("fp8 (Transformer Engine; scaling recipe not stated)", 1, float("nan"))
+    assert not fp8_param_gather_of("fp8 (TE; fp8_params)", 0)  # nothing sharded: nothing gathered
+    assert not fp8_param_gather_of("bf16", 1, "yes")  # a recipe's switch means nothing without fp8
+
+
+def test_validation_rows_run_with_the_fp8_weights_their_recipe_states():
+    # S33 states fp8_params in its fp8 cells, S7's fp8 rows take it from the dgxc-benchmarking configure.sh
+    # (recipe_settings.csv), torchtitan rows 541-542 name enable_fsdp_float8_all_gather; their bf16 twins and the
+    # S8 table (the launcher's yaml sets no fp8_params) run without
+    from cosearch.validation import DGXC_2024_PATH, TORCHTITAN_PATH, build_candidates, load_published_runs
+
+    def gathers(*paths):
+        c = build_candidates(load_published_runs(*paths))
+        out: dict[int, bool] = {}
+        for pos, sc in zip(c.row_of, c.scenarios):  # every candidate of a row states the same recipe
+            out.setdefault(int(c.rows["row_id"].iloc[pos]), bool(sc["plan"].get("fp8_param_gather", False)))
+        return out
+
+    s33, dense, titan = gathers(DGXC_2024_PATH), gathers(), gathers(TORCHTITAN_PATH)
+    assert s33[706] and s33[733] and not s33[701] and not s33[727]
+    assert all(dense[r] for r in (67, 72, 79, 84, 90, 94)) and not dense[73] and not dense[85]
+    assert not any(dense[r] for r in range(178, 190))
+    assert titan[541] and titan[542] and not titan[513]
+
+
 def test_explain_offers_fp8_weights_where_they_apply():
     from cosearch.neighbours import neighbours
     from cosearch.scenario import parse_scenario, scenario_columns
