@@ -316,8 +316,13 @@ def fp8_param_gather_of(text: Any, zero: int, stated: Any = None) -> bool:
     t = str(text).strip().lower()
     if zero < 1 or not t.startswith("fp8"):
         return False
-    return t.startswith(FP8_PARAM_GATHER_PRECISIONS) or any(w in t for w in FP8_PARAM_GATHER_WORDS) or bool(
+    return t.startswith(FP8_PARAM_GATHER_PRECISIONS) or _FP8_PARAM_SWITCH_ON.search(t) is not None or bool(
         _stated(stated))
+
+
+#: A switch of :data:`FP8_PARAM_GATHER_WORDS` named as on: not after "no"/"without", not set to false, 0 or no.
+_FP8_PARAM_SWITCH_ON = re.compile(r"(?<!no )(?<!without )\b(?:" + "|".join(FP8_PARAM_GATHER_WORDS)
+                                  + r")\b(?!\s*[:=]\s*(?:false|0|no|off)\b)")
 
 
 def source_year(source: Any) -> int | None:

@@ -99,6 +99,11 @@ def test_stated_fp8_weight_switches_map_to_fp8_param_gather():
     assert not fp8_param_gather_of("fp8 (Transformer Engine; scaling recipe not stated)", 1, float("nan"))
     assert not fp8_param_gather_of("fp8 (TE; fp8_params)", 0)  # nothing sharded: nothing gathered
     assert not fp8_param_gather_of("bf16", 1, "yes")  # a recipe's switch means nothing without fp8
+    # a switch the cell names as off is off
+    for off in ("fp8 (TE; no fp8_params)", "fp8 (TE; fp8_params=false)", "fp8 (TE; fp8_params: False)",
+                "fp8 (torchao; enable_fsdp_float8_all_gather = false)", "fp8 (TE; without fp8_params)"):
+        assert not fp8_param_gather_of(off, 1), off
+    assert fp8_param_gather_of("fp8 (TE; fp8_params=true)", 1) and fp8_param_gather_of("fp8 (TE; fp8_params: yes)", 1)
 
 
 def test_validation_rows_run_with_the_fp8_weights_their_recipe_states():
