@@ -114,15 +114,20 @@ def fit_profile(c: Candidates, params: Sequence[str] = DEFAULT_FIT, base: Profil
 
 
 def cross_validate(c: Candidates, groups: np.ndarray, params: Sequence[str] = DEFAULT_FIT, base: Profile | None = None,
-                   multistart: bool = False, configs: np.ndarray | None = None) -> np.ndarray:
+                   multistart: bool = False, configs: np.ndarray | None = None,
+                   held: np.ndarray | None = None) -> np.ndarray:
     """Held-out log errors: each group's rows predicted by a profile fitted on all other groups.
 
     ``configs`` (:func:`configuration_ids`): a row of another group that repeats a configuration of the
     held-out group is left out of that group's fit too; otherwise the fit would have seen the held-out
-    configuration (groups by source can split the copies of one configuration)."""
+    configuration (groups by source can split the copies of one configuration). ``held``: a mask of the rows
+    that are held out, group by group (default all); the others are in every fit and their entries stay NaN
+    (e.g. the dense rows while MoE models are held out one at a time)."""
+    groups = np.asarray(groups)
+    held = np.ones(len(c.rows), dtype=bool) if held is None else np.asarray(held, dtype=bool)
     out = np.full(len(c.rows), np.nan)
-    for g in np.unique(groups):
-        test = groups == g
+    for g in np.unique(groups[held]):
+        test = (groups == g) & held
         train = ~test if configs is None else ~np.isin(configs, configs[test])
         if not train.any():
             continue

@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 
 from calibrate_default import PARAMS, START  # noqa: E402
 from cosearch.fingerprint import model_fingerprint  # noqa: E402
-from cosearch.calibration import _subset, cross_validate, error_stats, fit_profile, log_errors  # noqa: E402
+from cosearch.calibration import cross_validate, error_stats  # noqa: E402
 from cosearch.cli.estimate import load_profile  # noqa: E402
 from cosearch.model.interval import interval_factors  # noqa: E402
 from cosearch.model.profile import DEFAULT_PROFILE, KERNEL_PROFILE  # noqa: E402
@@ -336,14 +336,8 @@ def moe_held_out_log_errors(key: str, both: Candidates | None = None) -> tuple[n
     ``both``: :func:`dense_and_moe_candidates`, where the caller already has it."""
     both = dense_and_moe_candidates() if both is None else both
     is_moe = both.rows["experts"].fillna(0).to_numpy() > 0
-    groups = both.rows.loc[is_moe, key].to_numpy()
-    held = np.full(is_moe.sum(), np.nan)
-    for g in np.unique(groups):
-        test = np.zeros(len(both.rows), dtype=bool)
-        test[np.flatnonzero(is_moe)[groups == g]] = True
-        fit = fit_profile(_subset(both, ~test), PARAMS, START)
-        held[groups == g] = log_errors(_subset(both, test), fit.profile)
-    return held, groups
+    groups = both.rows[key].to_numpy()
+    return cross_validate(both, groups, PARAMS, START, held=is_moe)[is_moe], groups[is_moe]
 
 
 def moe_report(dense: "object", profile, out_dir: Path) -> dict:

@@ -121,3 +121,26 @@ def test_negative_seed_is_a_one_line_error(tmp_path, capsys):
     rc, _, err = run_cli(capsys, "calibrate", str(PUBLISHED), "--out", str(tmp_path / "p.yaml"), "--seed", "-5")
     assert rc == 2 and err.startswith("error: --seed") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_cross_validate_holds_out_only_the_masked_rows_group_by_group():
+    """``held``: only those rows' groups are held out, one at a time; the other rows are in every fit and get no
+    held-out error. Each held group's errors are those of a fit on every other row, as without a mask."""
+    import numpy as np
+
+    from cosearch.calibration import _subset, cross_validate, fit_profile, log_errors
+    from cosearch.validation import build_candidates, load_published_runs
+
+    c = build_candidates(load_published_runs())
+    src = c.rows["source_id"].to_numpy()
+    held = np.isin(src, ["S4", "S8"])
+    params = ("matmul_scale",)
+    out = cross_validate(c, src, params, held=held)
+    assert np.isnan(out[~held]).all() and np.isfinite(out[held]).all()
+    for s in ("S4", "S8"):
+        test = src == s
+        fit = fit_profile(_subset(c, ~test), params)
+        assert np.allclose(out[test], log_errors(_subset(c, test), fit.profile))
+    # unmasked, the same groups give the same errors
+    full = cross_validate(c, src, params)
+    assert np.allclose(full[held], out[held])
