@@ -168,7 +168,8 @@ def test_unwritable_output_paths_of_the_other_commands_name_the_flag(tmp_path, c
     published = ROOT / "experiments" / "data" / "validation" / "published_runs_public.csv"
     for args, flag in ((["export", str(scenario), "--format", "megatron", "--out", str(folder)], "--out"),
                        (["catalog", "--csv", str(folder)], "--csv"),
-                       (["calibrate", str(published), "--params", "matmul_scale", "--out", str(folder)], "--out")):
+                       (["calibrate", str(published), "--params", "matmul_scale", "--force", "--out", str(folder)],
+                        "--out")):
         rc, _, err = run_cli(capsys, *args)
         _one_line_error(rc, err, flag, "cannot write", repr(str(folder)))
 

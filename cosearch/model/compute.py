@@ -26,6 +26,38 @@ FLASH2_CAPPED_FWD_BWD_RELATIVE = 281.8 / (0.35 * 989.4)
 MATMUL_FLOPS_PER_EXP = 989.4 / 3.9
 #: Head width at which the fused-attention rates (``flash_attention_relative``, gpus.yaml) hold.
 REFERENCE_HEAD_DIM = 128.0
+#: Query and key rows of one tile of a fused attention kernel: FlashAttention-2/3, cuDNN and FlexAttention all
+#: tile 128 rows on Hopper (FlexAttention's BlockMask default is 128 x 128); a kernel skips whole key blocks only.
+ATTENTION_BLOCK = 128.0
+#: Fixed cost of one query block's pass through a fused attention kernel (loading its queries, the softmax's
+#: final rescale, writing the output and its log-sum-exp; in the backward its dQ), in keys of work per query:
+#: a kernel whose queries visit k keys on average runs at 1 / (1 + K0 / k) of its long-sequence rate. Fit of
+#: that form to cuDNN's forward + backward on one H100 (experiments/results/gpu/attention_h100.csv, head width
+#: 128, causal 2,048-32,768 tokens: 353-570 TFLOP/s): K0 = 738 keys, every rate within 1.6 %. The same form,
+#: not fitted to them, gives FlashAttention-2's 4k/8k ratio 0.873 (measured 0.881) and FlexAttention's windows
+#: of 128 and 1,024 keys in 4,096 at 0.35 and 0.61 of the full causal time (measured 0.36 and 0.58;
+#: experiments/results/gpu/moe_attention_h100.csv), where the tile count alone gives 0.12 and 0.48. Assumed the
+#: same on every GPU (no measurement elsewhere). Not charged to the 2023 Triton kernel (``triton``): MosaicML's 22
+#: runs with it, 512-65,536 tokens on A100-40GB, A100-80GB and H100, show no trend of error with the length
+#: under a flat rate (experiments/data/validation, source S18), and a fixed cost of 738 keys would make one
+#: of 5-15 points (the 512-token runs slower, the 65,536-token runs faster).
+ATTENTION_FIXED_KEYS = 738.0
+#: Keys a query visits at the point where the catalog's fused-attention rates hold: a causal pass over 8,192
+#: tokens, where FLASH2_CAPPED_FWD_BWD_RELATIVE was measured and cuDNN ran 479-501 TFLOP/s (the model: 480).
+REFERENCE_CAUSAL_TOKENS = 8192.0
+
+
+def causal_keys_per_query(seq_len, block=ATTENTION_BLOCK):
+    """Keys a query visits on average in a causal pass over ``seq_len`` tokens, counted in whole tiles:
+    query block i of n = ceil(s / B) visits i + 1 key blocks, B (n + 1) / 2 keys on average."""
+    return block * (ops.ceil(seq_len / block) + 1.0) / 2.0
+
+
+def attention_span_factor(keys_per_query, fixed_keys=ATTENTION_FIXED_KEYS):
+    """Fused attention's time per FLOP with ``keys_per_query`` keys per query over that at the reference
+    (:data:`REFERENCE_CAUSAL_TOKENS`): (1 + K0 / k) / (1 + K0 / k_ref), :data:`ATTENTION_FIXED_KEYS`."""
+    ref = 1.0 + fixed_keys / causal_keys_per_query(REFERENCE_CAUSAL_TOKENS)
+    return (1.0 + fixed_keys / ops.maximum(keys_per_query, 1.0)) / ref
 
 
 def gemm_time_s(m, n, k, flops_per_s, hbm_bytes_per_s, overhead_s, input_bytes=BYTES_16BIT):

@@ -221,11 +221,11 @@ def _evaluate(c: dict[str, np.ndarray], p: Profile, parts: dict | None = None, r
     # --- rates -------------------------------------------------------------------------------
     gemm_Fps, gemm16_Fps, attn_Fps, hbm_Bps = kernel_rates(c, p)
     attn_Fps = attn_Fps * kern.attention_head_width_factor(*head_widths(c))  # narrow heads: softmax-bound
-    windowed = win.active(c)
-    span = 1.0  # the attention term's share in the model-FLOPs count
-    if windowed:  # sliding windows: the fused kernel skips the blocks outside the band (window.py)
-        attn_work, span = win.fractions(c)
-        attn_Fps = attn_Fps / attn_work
+    # each fused kernel's fixed cost per query block (compute.py; none for the 2023 Triton kernel) and, with sliding
+    # windows, the key blocks outside the band skipped (window.py)
+    fixed_keys = ops.where(attn_kind == 2, 0.0, kern.ATTENTION_FIXED_KEYS)
+    attn_Fps = attn_Fps / win.attention_time_factor(c, s / cp, fixed_keys)
+    span = win.counted_span_fraction(c) if win.active(c) else 1.0  # the attention term's share in the model-FLOPs count
     nvl_Bps = c["nvlink_gbps"] * 1e9 * p.nvlink_efficiency
     net_Bps = c["network_gbps"] * (1e9 / 8.0) * p.network_efficiency
     dom = c["nvlink_domain"]

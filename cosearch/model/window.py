@@ -21,6 +21,7 @@ Approximation (stated): context-parallel ring traffic is charged as for full att
 from __future__ import annotations
 
 from . import _ops as ops
+from . import compute as kern
 
 #: Input columns (name -> default): no window.
 WINDOW_INPUT_COLUMNS: dict[str, float] = {
@@ -47,10 +48,8 @@ def global_every(layers: int, full_layers: int) -> int | None:
     return max(1, round(layers / full_layers)) if full_layers else None
 
 
-#: Query and key rows of one tile of a fused attention kernel: the kernel skips whole key blocks only
-#: (FlashAttention-2/3, cuDNN and FlexAttention all tile 128 rows on Hopper; FlexAttention's BlockMask
-#: default is 128 x 128), so a windowed query block still computes every key block the band touches.
-ATTENTION_BLOCK = 128.0
+#: Rows of one attention tile (compute.py): a windowed query block still computes every key block the band touches.
+ATTENTION_BLOCK = kern.ATTENTION_BLOCK
 
 
 def causal_work_fraction(seq_len, window, block=ATTENTION_BLOCK):
@@ -67,6 +66,22 @@ def causal_work_fraction(seq_len, window, block=ATTENTION_BLOCK):
     w = ops.where(window > 0, window, seq_len)
     m = ops.minimum(1.0 + ops.ceil((w - 1.0) / block), n)
     return (m * (m + 1.0) / 2.0 + (n - m) * m) / (n * (n + 1.0) / 2.0)
+
+
+def attention_time_factor(c, s_loc, fixed_keys=kern.ATTENTION_FIXED_KEYS):
+    """Fused attention's time over its FLOPs at the reference rate, per row: each kernel's fixed cost per query
+    block at the keys a query visits (:func:`cosearch.model.compute.attention_span_factor`), in a causal pass over
+    the rank's ``s_loc`` tokens (under context parallelism the slowest rank's ring steps average s_loc / 2 keys per
+    query, as one causal pass over s_loc), and in a windowed layer the tile share of that work
+    (:func:`causal_work_fraction`) at that share of the keys."""
+    keys = kern.causal_keys_per_query(s_loc)
+    full = kern.attention_span_factor(keys, fixed_keys)
+    if not active(c):
+        return full
+    s, w = c["seq_len"], c["sliding_window"]
+    share = windowed_layer_share(c["layers"], w, c["global_attention_every"])
+    work = causal_work_fraction(s, w)
+    return ops.where(share > 0, share * work * kern.attention_span_factor(work * keys, fixed_keys) + (1.0 - share) * full, full)
 
 
 def fractions(c):

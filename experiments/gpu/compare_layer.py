@@ -46,7 +46,8 @@ def layer_times(r: pd.Series, p: Profile, gpu_id: str = "h100-sxm") -> tuple[flo
     t0 = p.gemm_overhead_s
     gemm = (kern.gemm_time_s(tok, h / tp + 2 * kv_loc, h, gemm_Fps, hbm, t0) + kern.gemm_time_s(tok, h, h / tp, gemm_Fps, hbm, t0)
             + kern.gemm_time_s(tok, f * (1 + gated) / tp, h, gemm_Fps, hbm, t0) + kern.gemm_time_s(tok, h, f / tp, gemm_Fps, hbm, t0))
-    attn = kern.flash_attention_time_s(r.microbatch, r.seq_len, r.seq_len, h / tp, attn_Fps)
+    attn = kern.flash_attention_time_s(r.microbatch, r.seq_len, r.seq_len, h / tp, attn_Fps) * kern.attention_span_factor(
+        kern.causal_keys_per_query(r.seq_len))  # each query block's fixed cost (compute.ATTENTION_FIXED_KEYS)
     elem = tok * kern.elementwise_bytes_per_token(h, f / tp, gated) / hbm
     fwd = gemm + attn + elem
     return fwd, fwd + 2 * gemm + kern.FLASH_BACKWARD_RELATIVE * attn + 2 * elem
@@ -58,8 +59,9 @@ def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
     d = measured("attention")
     attn = {gid: float(rates(p, gid).attn_Fps) for gid in d.gpu_id.unique()}
     width = np.array([kern.attention_head_width_factor(hd, hd) for hd in d.head_dim.astype(float)])
+    span = np.asarray(kern.attention_span_factor(kern.causal_keys_per_query(d.seq.to_numpy(float))))
     d["pred_fwd_s"] = kern.flash_attention_time_s(d.batch, d.seq, d.seq, d.heads * d.head_dim,
-                                                  d.gpu_id.map(attn) * width)
+                                                  d.gpu_id.map(attn) * width) * span
     d["pred_fwd_bwd_s"] = d.pred_fwd_s * (1.0 + kern.FLASH_BACKWARD_RELATIVE)
     d["fwd_err"] = d.pred_fwd_s / d.fwd_s - 1.0
     d["fwd_bwd_err"] = d.pred_fwd_bwd_s / d.fwd_bwd_s - 1.0

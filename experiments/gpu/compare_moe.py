@@ -72,7 +72,9 @@ def attention(p: Profile) -> tuple[pd.DataFrame, dict]:
     _, attn, fa2, _ = rates(p)
     s = d.seq.to_numpy(float)
     w = d.window.to_numpy(float)
-    work = np.asarray(win.causal_work_fraction(s, w))          # windowed work over full causal work
+    # windowed work over full causal work and each query block's fixed cost, as evaluate charges them (window.py)
+    work = np.asarray(win.attention_time_factor({"seq_len": s, "sliding_window": w, "layers": np.ones_like(s),
+                                                 "global_attention_every": np.zeros_like(s)}, s))
     head = np.asarray(kern.attention_head_width_factor(d.qk_head_dim.to_numpy(float), d.v_head_dim.to_numpy(float)))
     rate = np.where(d.kernel == "sdpa_cudnn", attn, fa2) * head
     width = d.q_heads.to_numpy(float) * 0.5 * (d.qk_head_dim + d.v_head_dim).to_numpy(float)  # as moe.terms gives it
