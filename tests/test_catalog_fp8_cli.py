@@ -10,6 +10,7 @@ from cosearch import estimate, hardware, load_scenario, scenario_columns
 from cosearch.cli import main
 from cosearch.model.columns import scalar_columns
 from cosearch.model.evaluate import kernel_rates
+from cosearch.model.power import slowest_pace_factor
 from cosearch.model.profile import DEFAULT_PROFILE
 
 #: GPUs no instance type of the shipped cloud catalog rents.
@@ -91,7 +92,9 @@ def test_fp8_estimate_without_fp8_measurement_warns_the_value_the_model_uses(gpu
     lines = [w for w in estimate(sc)["warnings"] if "fp8 GEMM" in w]
     assert len(lines) == 1 and lines[0].startswith(f"{gpu}: no public fp8 GEMM measurement")
     c = scalar_columns(scenario_columns(load_scenario(sc)))
-    used = kernel_rates(c, DEFAULT_PROFILE).gemm_Fps / (c["peak_tflops"] * 1e12 * DEFAULT_PROFILE.matmul_scale)
+    # the GPU's own efficiency: the job's pace (its slowest of 8 GPUs, model/power.py) taken out
+    pace = slowest_pace_factor(c["gpus"])
+    used = kernel_rates(c, DEFAULT_PROFILE).gemm_Fps / (c["peak_tflops"] * 1e12 * DEFAULT_PROFILE.matmul_scale * pace)
     assert f"assumed {float(used):.3f} " in lines[0]
     other = DEFAULT_PROFILE.model_copy(update={"fp8_matmul_relative": 0.5})
     assert f"assumed {hardware.gpu(gpu)['matmul_efficiency'] * 0.5:.3f} " in " ".join(estimate(sc, other)["warnings"])

@@ -181,6 +181,9 @@ def kernel_rates(c: Mapping[str, object], p: Profile) -> KernelRates:
     limit = c.get("power_limit_w")
     if pw.limited(limit):  # a power limit below the rated power lowers the clock
         peak = peak * pw.clock_factor(limit, c["power_w"])
+    gpus = c.get("gpus")
+    if gpus is not None:  # a synchronous job computes at its slowest GPU's pace (power.py)
+        peak = peak * pw.slowest_pace_factor(gpus)
     eff8 = kern.fp8_matmul_eta(c["matmul_efficiency"], c["matmul_efficiency_fp8"], p.fp8_matmul_relative)
     gemm_Fps = peak * (ops.where(fp8 > 0, eff8, c["matmul_efficiency"]) * p.matmul_scale)
     peak16 = ops.where(fp8 > 0, 0.5 * peak, peak)  # attention, logits and non-GEMM math stay 16-bit

@@ -84,16 +84,9 @@ def attention_time_factor(c, s_loc, fixed_keys=kern.ATTENTION_FIXED_KEYS):
     return ops.where(share > 0, share * work * kern.attention_span_factor(work * keys, fixed_keys) + (1.0 - share) * full, full)
 
 
-def fractions(c):
-    """(attention time fraction, counted span fraction) of the rows, the windowed-layer share worked out once."""
+def counted_span_fraction(c):
+    """The model-FLOPs count's attention term over the same count without windows (min(s, w) keys)."""
     s, w = c["seq_len"], c["sliding_window"]
     share = windowed_layer_share(c["layers"], w, c["global_attention_every"])
     span = ops.minimum(ops.where(w > 0, w, s), s) / s
-    on = share > 0  # rows without windowed layers keep exactly 1
-    return (ops.where(on, 1.0 - share * (1.0 - causal_work_fraction(s, w)), 1.0),
-            ops.where(on, 1.0 - share * (1.0 - span), 1.0))
-
-
-def counted_span_fraction(c):
-    """The model-FLOPs count's attention term over the same count without windows (min(s, w) keys)."""
-    return fractions(c)[1]
+    return ops.where(share > 0, 1.0 - share * (1.0 - span), 1.0)  # rows without windowed layers keep exactly 1
