@@ -47,13 +47,18 @@ def test_narrow_heads_measured_slower_as_modelled():
     assert kern.attention_head_width_factor(64.0, 64.0) == pytest.approx(float(np.median(ratios)), abs=0.1)
 
 
-def test_tiled_window_work_is_closer_to_the_measured_kernel_than_pairs():
+def _flex_windows():
+    """(row, measured time over the same FlexAttention kernel without a window) of each windowed measurement."""
     d = pd.read_csv(GPU_RESULTS / "moe_attention_h100.csv").dropna(subset=["fwd_bwd_s"])
     flex = d[d.kernel == "flex"]
-    checked = 0
     for r in flex[flex.window > 0].itertuples():
         full = flex[(flex.window == 0) & (flex.model == r.model) & (flex.batch == r.batch)].fwd_bwd_s.iloc[0]
-        measured = r.fwd_bwd_s / full
+        yield r, r.fwd_bwd_s / full
+
+
+def test_tiled_window_work_is_closer_to_the_measured_kernel_than_pairs():
+    checked = 0
+    for r, measured in _flex_windows():
         tiled = win.causal_work_fraction(float(r.seq), float(r.window))
         exact = win.causal_work_fraction(float(r.seq), float(r.window), block=1.0)
         if r.window <= 8 * win.ATTENTION_BLOCK:  # narrow windows: whole tiles are what the kernel pays for
@@ -91,12 +96,8 @@ def test_fused_attention_rate_grows_with_the_length_as_measured():
 def test_window_time_with_the_fixed_cost_matches_the_measured_kernel():
     # windows of 128 and 1,024 keys in 4,096 tokens, 4,096 in 8,192: the tiles' work at that share of the keys,
     # each query block paying its fixed cost, against the same FlexAttention kernel without a window
-    d = pd.read_csv(GPU_RESULTS / "moe_attention_h100.csv").dropna(subset=["fwd_bwd_s"])
-    flex = d[d.kernel == "flex"]
     checked = 0
-    for r in flex[flex.window > 0].itertuples():
-        full = flex[(flex.window == 0) & (flex.model == r.model) & (flex.batch == r.batch)].fwd_bwd_s.iloc[0]
-        measured = r.fwd_bwd_s / full
+    for r, measured in _flex_windows():
         s, w = float(r.seq), float(r.window)
         c = {"seq_len": s, "sliding_window": w, "layers": 1.0, "global_attention_every": 0.0}
         model = win.attention_time_factor(c, s) / kern.attention_span_factor(kern.causal_keys_per_query(s))
