@@ -164,7 +164,8 @@ def _deeppool_present(c: Mapping[str, object]) -> bool:
 
 
 class KernelRates(NamedTuple):
-    """A GPU's kernel rates as the model charges them, before the head-width and sliding-window factors."""
+    """A GPU's kernel rates as the model charges them (at the job's slowest GPU's pace), before the head-width,
+    per-query-block fixed-cost and sliding-window factors of attention."""
 
     gemm_Fps: object    # GEMMs at the run's precision, FLOP/s
     gemm16_Fps: object  # 16-bit GEMMs (attention, logits and non-GEMM math stay 16-bit under fp8), FLOP/s

@@ -11,7 +11,10 @@ Two fractions, both 1 for a model without a window:
 * time: the causal work of a windowed layer over that of a full causal layer, counted in the kernel's
   128 x 128 tiles: a flash kernel skips the key blocks outside the band as it skips those above the
   diagonal (FlashAttention-2's ``window_size``), but computes every block the band touches
-  (:func:`causal_work_fraction`). Unfused attention computes every score and saves nothing.
+  (:func:`causal_work_fraction`). Unfused attention computes every score and saves nothing. Each query
+  block also pays the kernel's fixed cost (:data:`cosearch.model.compute.ATTENTION_FIXED_KEYS`), which a
+  narrow window's few key blocks amortise poorly: :func:`attention_time_factor` charges both, for every
+  fused-attention row, windowed or not.
 * count (model FLOPs): the convention of :mod:`.flops` counts 4*s*h per token for a full layer, each
   query against all s keys; a windowed layer counts min(s, w) keys (Megatron-Bridge's FLOP counter
   uses ``min(window, seq_len)`` for its windowed layers the same way).
