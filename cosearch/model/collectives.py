@@ -96,7 +96,10 @@ def _log2_steps(x):
 
 
 def algorithm_times_s(op, message_bytes, size, stride, fabric: Fabric, calls=1.0):
-    """Time of each algorithm in :data:`ALGORITHMS` (a dict), for ``op`` 'all_reduce' or 'all_gather'."""
+    """Time of each algorithm in :data:`ALGORITHMS` (a dict), for ``op`` 'all_reduce', 'all_gather' or
+    'reduce_scatter' (the all-gather's steps and bytes in reverse: the same time, Thakur et al. 2005)."""
+    if op == "reduce_scatter":
+        op = "all_gather"
     if op not in ("all_reduce", "all_gather"):
         raise ValueError(f"unknown collective {op!r}")
     twice = 2.0 if op == "all_reduce" else 1.0
