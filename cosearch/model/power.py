@@ -14,6 +14,8 @@ normals] (:func:`slowest_pace_factor`).
 """
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
 
 from . import _ops as ops
@@ -69,45 +71,16 @@ def drawn_w(power_w, power_limit_w):
 #: sigma = 1 %. ASSUMED the same for every GPU type (none measured on newer parts).
 PACE_SIGMA = 0.01
 
-# Acklam's rational approximation of the standard normal quantile (relative error below 1.2e-9), the central
-# region and the upper tail (the quantiles here are at or above 0.5)
-_A = (-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02,
-      -3.066479806614716e+01, 2.506628277459239e+00)
-_B = (-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01,
-      -1.328068155288572e+01)
-_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00,
-      4.374664141464968e+00, 2.938163982698783e+00)
-_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00)
-_P_HIGH = 1.0 - 0.02425
-_LN2 = 0.6931471805599453
 
-
-def _poly(coefs, x):
-    out = 0.0 * x + coefs[0]
-    for k in coefs[1:]:
-        out = out * x + k
-    return out
-
-
-def normal_quantile_upper(p):
-    """Phi^-1(p) for 0.5 <= p < 1 (scalars or arrays)."""
-    q = p - 0.5
-    r = q * q
-    central = _poly(_A, r) * q / (_poly(_B, r) * r + 1.0)
-    t = (-2.0 * _LN2 * ops.log2(ops.maximum(1.0 - p, 1e-300))) ** 0.5
-    tail = -_poly(_C, t) / (_poly(_D, t) * t + 1.0)
-    return ops.where(p > _P_HIGH, tail, central)
-
-
-def _blom(n):
+def _blom(n: float) -> float:
     """Blom's approximation of E[max of n standard normals], Phi^-1((n - 0.375) / (n + 0.25)); 0 for n <= 1."""
-    return np.where(n > 1.0, normal_quantile_upper((n - 0.375) / (n + 0.25)), 0.0)
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) if n > 1.0 else 0.0
 
 
 #: Blom's E[max] tabulated in 1/16-octave steps of n from 1 to 2^20 GPUs (linear in log2 n between them, within
-#: 1e-4 of the formula; clamped beyond): one interpolation per row instead of the quantile's two branches.
+#: 1e-4 of the formula; clamped beyond): one interpolation per row, the quantile evaluated only here.
 _LOG2_N = np.linspace(0.0, 20.0, 321)
-_EMAX = _blom(2.0 ** _LOG2_N)
+_EMAX = np.array([_blom(2.0 ** x) for x in _LOG2_N])
 
 
 def expected_max_normal(n):
