@@ -92,6 +92,11 @@ def load_moe_runs(path: str | Path = MOE_PATH) -> pd.DataFrame:
 #: HybridEP (like DeepEP) sends a token once per destination node and forwards it over NVLink there, which is
 #: what ``plan.moe_dispatcher: deepep`` models.
 BRIDGE_ETP1_MODELS = ("deepseek-v3", "qwen3")
+#: Capacity factor of the Megatron-Bridge performance recipes' token-drop runs: ``apply_moe_token_drop(model)``
+#: (``megatron.bridge.training.utils.moe_token_drop``, imported by every scripts/performance config that offers
+#: ``use_tokendrop``) defaults to ``moe_expert_capacity_factor=1.0`` with ``moe_pad_expert_input_to_capacity=True``
+#: and asserts ``moe_token_dispatcher_type`` alltoall: each expert computes exactly its mean load.
+BRIDGE_TOKEN_DROP_CAPACITY = 1.0
 #: Attention-window fields of a model the CSV has no columns for, taken from its preset (the one place that
 #: states them with their source, cosearch/data/models.yaml): GPT-OSS's 128-token windows in every other layer.
 WINDOW_FIELDS = ("sliding_window", "global_attention_every")
@@ -151,7 +156,8 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     use the distributed optimizer, sequence parallelism with TP, the recipes' ETP, dispatcher and a2a
     overlap (:func:`_bridge_dispatch`; an overlap the row states, column ``moe_a2a_overlap``, wins) and one GEMM
     launch per local expert; "force-balanced" routing (S20's note) has load imbalance 1.0, a
-    padded capacity factor fixes each expert's rows at capacity; DeepSeek-V3's own run (S24) used DeepEP
+    padded capacity factor fixes each expert's rows at capacity, and the summary's token-drop runs take the
+    recipes' token-drop settings (:data:`BRIDGE_TOKEN_DROP_CAPACITY`, the alltoall dispatcher); DeepSeek-V3's own run (S24) used DeepEP
     with DualPipe's full computation-communication overlap and fp8 dispatch (arXiv 2412.19437 sec. 3.2.1-3.2.2,
     3.3.2); Megatron-Core dispatches in 16 bits (:mod:`cosearch.model.moe`).
     """
@@ -174,6 +180,11 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
     bridge_recipes = source == "S20" or ("megatron-bridge" in cited and "performance" in cited)  # the summary's recipes
     if bridge_recipes:
         dispatcher, overlap = _bridge_dispatch(str(get("model")), gpu, fp8)
+    # the summary's "tokendrop" runs (its 25.09 section): the recipes' only token-drop switch, Megatron-Bridge's
+    # apply_moe_token_drop, sets capacity factor 1.0 padded to capacity and asserts the alltoall dispatcher
+    token_drop = bridge_recipes and "token-drop" in routing
+    if token_drop:
+        dispatcher = "alltoall"
     deepseek_own = source == "S24" or "hai-llm" in framework  # DeepSeek-V3's run: DeepEP + DualPipe's overlap
     if "deepep" in framework or "hybridep" in framework or deepseek_own:
         dispatcher = "deepep"
@@ -199,6 +210,8 @@ def moe_row_scenarios(row: Mapping) -> list[dict[str, Any]] | None:
         plan_fixed["etp"] = etp
     if _num(get("capacity_factor")) is not None:
         plan_fixed["capacity_factor"] = float(get("capacity_factor"))
+    elif token_drop:
+        plan_fixed["capacity_factor"] = BRIDGE_TOKEN_DROP_CAPACITY
     sched = get("schedule")
     if isinstance(sched, str) and sched:
         plan_fixed["schedule"] = sched

@@ -192,3 +192,21 @@ def test_stated_moe_plans_fit_but_dualpipe_deepseek(table):
     # and row 349 (Qwen3-235B, PP 32 x VP 3, 32 micro-batches in flight on the first rank), 84 GiB against 76
     # usable: its "selective (norm, act)" also recomputes the norms, which the model's selective mode keeps
     assert sorted(table.loc[~table["fits"], "row_id"].tolist()) == [349, 367]
+
+
+def test_bridge_token_drop_rows_take_the_recipe_token_drop_settings(rows):
+    # rows 337-342, 344, 345: the 25.09 section labels them "tokendrop"; Megatron-Bridge's apply_moe_token_drop
+    # (the recipes' one token-drop switch) sets capacity factor 1.0, padded, and asserts the alltoall dispatcher
+    for rid in (337, 338, 339, 340, 341, 342, 344, 345):
+        assert "token-drop" in rows.loc[rid, "routing"]
+        for sc in row_scenarios(rows.loc[rid]):
+            assert (sc["plan"]["capacity_factor"], sc["plan"]["moe_dispatcher"]) == (1.0, "alltoall"), rid
+    # the dropless runs of the same table stay dropless (no capacity) on the recipe's dispatcher (HybridEP)
+    p = row_scenarios(rows.loc[343])[0]["plan"]
+    assert "capacity_factor" not in p and p["moe_dispatcher"] == "deepep"
+    # padded to capacity, the busiest expert computes the mean load: the stated 1.25 imbalance is capped
+    sc = row_scenarios(rows.loc[337])[0]
+    capped = cosearch.estimate(sc)["step_time_s"]
+    dropless = {**sc, "plan": {k: v for k, v in sc["plan"].items() if k != "capacity_factor"}}
+    assert sc["training"].get("moe_load_imbalance", 1.25) > 1.0
+    assert cosearch.estimate(dropless)["step_time_s"] > capped
