@@ -166,6 +166,8 @@ def test_alltoall_dispatcher_sorts_received_copies_by_local_expert():
 
 
 def test_moe_median_error_guard(table):
+    # 80 rows since NeMo's performance-summary rows 377-381 (S36: Mixtral 8x7B/8x22B on B200 and GB200, Llama 4
+    # Scout on GB200; added and scored, nothing fitted to them): 10.2 % in-sample, 10.3 % over the 75 rows before.
     # reached: 10.6 % in-sample over 75 rows (experiments/results/validation_moe.json; 10.7 % before the all-to-all
     # dispatcher's sort by local expert was charged, 11.6 % before row 347's stated
     # all-to-all overlap was read, 12.4 % before DualPipe's layout paced its compute; 13.9 % before the paired
@@ -177,7 +179,7 @@ def test_moe_median_error_guard(table):
     # layers, the embedding and loss on stages of their own) was refused; 18.2 % before GB300's measured
     # 1.35x attention kernel made its MoE rows, already predicted too fast, faster still
     err = table["error"].abs()
-    assert len(table) == 75
+    assert len(table) == 80
     assert err.median() <= 0.15
     # Grok-1 (S23) states every knob (nothing tuned): 4.4 %, bf16 and fp8 rows alike
     grok = table[table["model"] == "Grok-1"]
