@@ -8,18 +8,19 @@ import pandas as pd
 import pytest
 
 import cosearch
-from cosearch.validation import build_candidates, row_scenarios, validation_table
+from cosearch.validation import build_candidates, load_published_runs, row_scenarios, validation_table
 from cosearch.validation_moe import MOE_PATH
 
 
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
-    return pd.read_csv(MOE_PATH).set_index("row_id", drop=False)
+    # as experiments/validate.py reads them: the table with its recipes' stated settings (recipe_settings.csv)
+    return load_published_runs(MOE_PATH).set_index("row_id", drop=False)
 
 
 @pytest.fixture(scope="module")
 def table() -> pd.DataFrame:
-    return validation_table(build_candidates(pd.read_csv(MOE_PATH)))
+    return validation_table(build_candidates(load_published_runs(MOE_PATH)))
 
 
 def test_deepseek_v3_gb200_megatron_bridge_row_maps_every_stated_field(rows):
@@ -166,6 +167,8 @@ def test_alltoall_dispatcher_sorts_received_copies_by_local_expert():
 
 
 def test_moe_median_error_guard(table):
+    # 9.6 % over 80 rows once the NeMo recipes' token drop (capacity factor 1.0, padded) is read for rows 377-381
+    # and the Bridge summary's 25.09 token-drop rows (recipe_settings.csv, validation_moe.BRIDGE_TOKEN_DROP_CAPACITY);
     # 80 rows since NeMo's performance-summary rows 377-381 (S36: Mixtral 8x7B/8x22B on B200 and GB200, Llama 4
     # Scout on GB200; added and scored, nothing fitted to them): 10.2 % in-sample, 10.3 % over the 75 rows before.
     # reached: 10.6 % in-sample over 75 rows (experiments/results/validation_moe.json; 10.7 % before the all-to-all
@@ -180,7 +183,7 @@ def test_moe_median_error_guard(table):
     # 1.35x attention kernel made its MoE rows, already predicted too fast, faster still
     err = table["error"].abs()
     assert len(table) == 80
-    assert err.median() <= 0.15
+    assert err.median() <= 0.10  # issue 13's bar
     # Grok-1 (S23) states every knob (nothing tuned): 4.4 %, bf16 and fp8 rows alike
     grok = table[table["model"] == "Grok-1"]
     assert grok["error"].abs().median() <= 0.06
@@ -212,3 +215,12 @@ def test_bridge_token_drop_rows_take_the_recipe_token_drop_settings(rows):
     dropless = {**sc, "plan": {k: v for k, v in sc["plan"].items() if k != "capacity_factor"}}
     assert sc["training"].get("moe_load_imbalance", 1.25) > 1.0
     assert cosearch.estimate(dropless)["step_time_s"] > capped
+
+
+def test_nemo_performance_mode_rows_run_token_drop(rows):
+    # rows 377-381 (S36): NeMo's performance scripts build the recipe with performance_mode=True, which adds
+    # MegatronTokenDropCallback (capacity factor 1.0, padded); the table leaves it blank, recipe_settings.csv fills it
+    raw = pd.read_csv(MOE_PATH).set_index("row_id")
+    for rid in range(377, 382):
+        assert pd.isna(raw.loc[rid, "capacity_factor"])  # the copied table stays as published
+        assert all(sc["plan"]["capacity_factor"] == 1.0 for sc in row_scenarios(rows.loc[rid])), rid
